@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (from the repository root, with .whl/ carried):
+#   bash bench/device_run.sh [jit] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
+# Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null' EXIT
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD TVM_FFI_CUDA_ARCH_LIST=9.0a CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1
+export CAKE_RMSNORM_DET_CACHE=/tmp/cake_cache
+ARGS=" $* "
+has() { [[ $ARGS == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$LOG/gpu.txt"
+if has jit; then  # JIT from an empty cache, then a second process that loads from the cache
+  for i in 1 2; do
+    /usr/bin/time -f "jit process $i: %e s wall" python3 -c "
+import time, torch, cake_rmsnorm_det as crd
+t0 = time.perf_counter()
+x = torch.randn(4096, 4096, device='cuda').bfloat16(); w = torch.ones(4096, device='cuda')
+y, r = crd.forward(x, w); dx, dw = crd.backward(x, x, w, r); torch.cuda.synchronize()
+print(f'first forward+backward call (build or load of 2 programs): {time.perf_counter()-t0:.2f} s')
+" 2>&1 | tee -a "$LOG/jit.txt"
+  done
+fi
+/usr/bin/time -f "aot: %e s wall" python3 -m cake_rmsnorm_det.aot --arch sm_90a --out /tmp/aot -j 16 2>&1 | tail -2 | tee "$LOG/aot.txt"
+export CAKE_RMSNORM_DET_AOT_DIR=/tmp/aot
+if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
+if has tests; then
+  python3 -m pytest tests -q -rfE -p no:cacheprovider --durations=12 --timeout=900 2>&1 | tee "$LOG/pytest_gpu.log" | tail -30
+fi
+if has sanitize; then bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi
+if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/accuracy.err"; tail -3 "$LOG/accuracy.md"; fi
+if has bench; then
+  Q=""; has quick && Q="--quick"
+  python3 -m cake_rmsnorm_det.bench $Q --out "$LOG/bench" > "$LOG/bench.log" 2>&1
+  tail -3 "$LOG/bench.log"
+  python3 - "$LOG/bench/results.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("pass shape                     w    res  cake_us  TB/s  best_baseline  x")
+for r in d["rows"]:
+    if r["weight"] == "bf16" and not r["residual"]:
+        print(f"{r['pass']} {r['shape'][:26]:26s} {r['weight']} {int(r['residual'])} {r['us'].get('cake')} {r['TBps']} {r['best_baseline']} {r['speedup_vs_best']}")
+PY
+fi

@@ -1,0 +1,47 @@
+"""cake_rmsnorm_det: deterministic RMSNorm forward and backward for training, as JIT-compiled
+CUDA programs loaded through TVM-FFI.
+
+    import cake_rmsnorm_det as crd
+    y, rstd = crd.forward(x, w, eps)
+    y, h_new, rstd = crd.forward(x, w, eps, residual=r)
+    dx, dw = crd.backward(g, x, w, rstd)
+    y = crd.rmsnorm(x, w, eps=1e-6)
+    norm = crd.RMSNorm(4096, dtype=torch.float32)
+    crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype=torch.bfloat16)
+"""
+
+from .api import backward, cap_ctas, force_form, forward, workspace, workspace_bytes
+from .autograd import RMSNorm, rmsnorm
+
+
+def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype="bf16", residual: bool = False,
+                  arch=None, heads: int = 1):
+    """Which program runs for `tokens` x `heads` rows of width `hidden`, in which form, and why
+    (see :func:`cake_rmsnorm_det.routes.explain_route`)."""
+    from .routes import explain_route as _explain
+
+    return _explain(pass_, hidden, tokens, weight_dtype, residual, arch, heads)
+
+
+def __getattr__(name: str):
+    if name == "RouteInfo":
+        from .routes import RouteInfo
+
+        return RouteInfo
+    raise AttributeError(name)
+
+__version__ = "0.1.0"
+
+# FlashInfer-style long names: code written against that API runs unchanged.
+cake_rmsnorm_det_train_forward = forward
+cake_rmsnorm_det_train_backward = backward
+cake_rmsnorm_det = rmsnorm
+cake_rmsnorm_det_workspace = workspace
+cake_rmsnorm_det_workspace_bytes = workspace_bytes
+
+__all__ = [
+    "forward", "backward", "rmsnorm", "RMSNorm", "workspace", "workspace_bytes", "explain_route",
+    "RouteInfo", "cap_ctas", "force_form", "cake_rmsnorm_det_train_forward",
+    "cake_rmsnorm_det_train_backward", "cake_rmsnorm_det", "cake_rmsnorm_det_workspace",
+    "cake_rmsnorm_det_workspace_bytes", "__version__",
+]

@@ -1,0 +1,126 @@
+"""PyTorch integration: torch.library custom ops (with fake kernels), autograd, rmsnorm(), RMSNorm.
+
+The ops are opaque to torch.compile (one node each, traced through their fake kernels with
+symbolic token counts), so a compiled model keeps the kernels' bits and does not recompile when
+T changes.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from . import api
+
+_NS = "cake_rmsnorm_det"
+
+
+@torch.library.custom_op(f"{_NS}::rmsnorm_fwd", mutates_args=())
+def _fwd_op(x: Tensor, weight: Tensor, residual: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (y, h_new, rstd); h_new is empty when there is no residual."""
+    if residual is None:
+        y, rstd = api.forward(x, weight, eps)
+        return y, x.new_empty(0), rstd
+    y, h, rstd = api.forward(x, weight, eps, residual=residual)
+    return y, h, rstd
+
+
+@_fwd_op.register_fake
+def _(x: Tensor, weight: Tensor, residual: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    h = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x.new_empty(0)
+    return y, h, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op(f"{_NS}::rmsnorm_bwd", mutates_args=())
+def _bwd_op(grad_out: Tensor, x: Tensor, weight: Tensor, rstd: Tensor,
+            grad_residual: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """Returns (dx, dw) with dw in FP32."""
+    return api.backward(grad_out, x, weight, rstd, grad_residual)
+
+
+@_bwd_op.register_fake
+def _(grad_out: Tensor, x: Tensor, weight: Tensor, rstd: Tensor,
+      grad_residual: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(x.shape[-1], dtype=torch.float32))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, residual, eps = inputs
+    y, h, rstd = output
+    ctx.has_residual = residual is not None
+    ctx.save_for_backward(h if residual is not None else x, weight, rstd)
+
+
+def _backward(ctx, grad_y: Optional[Tensor], grad_h: Optional[Tensor], grad_rstd: Optional[Tensor]):
+    xin, weight, rstd = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(xin)
+    g_res = grad_h if (ctx.has_residual and grad_h is not None and grad_h.numel()) else None
+    dx, dw = _bwd_op(grad_y.contiguous() if grad_y.stride(-1) != 1 else grad_y, xin, weight, rstd, g_res)
+    dres = dx if ctx.has_residual else None
+    return dx, dw.to(weight.dtype), dres, None
+
+
+torch.library.register_autograd(f"{_NS}::rmsnorm_fwd", _backward, setup_context=_setup_context)
+
+
+def rmsnorm(x: Tensor, weight: Tensor, eps: float = 1e-6,
+            residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    """Deterministic RMSNorm with autograd: ``y``, or ``(y, h_new)`` with a residual.
+
+    Gradients flow to x, residual and weight (dw is computed in FP32, cast to weight's dtype)."""
+    y, h, _ = _fwd_op(x, weight, residual, float(eps))
+    return (y, h) if residual is not None else y
+
+
+class RMSNorm(torch.nn.Module):
+    """Drop-in for ``torch.nn.RMSNorm`` over the last dimension, with deterministic kernels.
+
+    Args:
+        normalized_shape: H, or a one-element sequence ``(H,)``.
+        eps: added to the mean square (default 1e-6).
+        elementwise_affine: learn a weight (initialised to ones); without it the weight is 1.
+        device, dtype: of the weight (BF16 or FP32).
+
+    ``forward(x, residual=None)`` returns y, or ``(y, h_new)`` with a residual.
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+
+    def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: Optional[float] = 1e-6,
+                 elementwise_affine: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (int(normalized_shape),)
+        self.normalized_shape = tuple(int(s) for s in normalized_shape)
+        if len(self.normalized_shape) != 1:
+            raise ValueError("cake_rmsnorm_det.RMSNorm normalizes over the last dimension only: "
+                             f"normalized_shape must be (H,), got {self.normalized_shape}")
+        self.eps = 1e-6 if eps is None else float(eps)
+        self.elementwise_affine = elementwise_affine
+        dtype = dtype if dtype is not None else torch.float32
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise TypeError(f"weight dtype must be float32 or bfloat16, got {dtype}")
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_buffer("_ones", torch.ones(self.normalized_shape, device=device, dtype=dtype),
+                                 persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
+
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        w = self.weight if self.weight is not None else self._ones
+        return rmsnorm(x, w, self.eps, residual)
+
+    def extra_repr(self) -> str:
+        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)

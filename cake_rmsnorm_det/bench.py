@@ -1,0 +1,299 @@
+"""Benchmark: CUPTI kernel-active time, cold L2, against torch eager, torch.compile, F.rms_norm and Liger.
+
+    python -m cake_rmsnorm_det.bench [--quick] [--passes bwd,fwd] [--out bench/results]
+
+Method (docs/performance.md): per call, the sum of the durations of every kernel and memset it
+launches (torch.profiler, CUDA activity); a 512 MB flush kernel (bitwise_not_ on int8) before
+every call, and the trace split at it; median of 30 calls after 3 warm-ups, one process.
+Effective bandwidth = bytes / time with bytes = 6*T*H + 4T (bwd) or 4*T*H + 4T (fwd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+FLUSH_NAME = "bitwise_not"
+WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
+TOKENS = (1, 16, 256, 1024, 4096, 16384, 65536)
+
+
+def shapes(quick: bool) -> list[dict]:
+    out = []
+    ts = (1, 256, 4096, 65536) if quick else TOKENS
+    for h in WIDTHS:
+        for t in ts:
+            out.append({"label": f"[{t},{h}]", "T": t, "H": h, "kind": "rows"})
+    for t in ((32768,) if quick else (4096, 32768, 65536)):
+        out.append({"label": f"key [{t},4,256]", "T": t, "H": 256, "kind": "key"})
+    for t in ((16384,) if quick else (1024, 4096, 16384, 65536)):
+        out.append({"label": f"query [{t},24,256] of [{t},24,512]", "T": t, "H": 256, "kind": "query"})
+    return out
+
+
+def make_input(shape: dict, device) -> torch.Tensor:
+    t, h = shape["T"], shape["H"]
+    if shape["kind"] == "rows":
+        return torch.randn(t, h, device=device).to(torch.bfloat16)
+    if shape["kind"] == "key":
+        return torch.randn(t, 4, h, device=device).to(torch.bfloat16)
+    return torch.randn(t, 24, 512, device=device).to(torch.bfloat16)[:, :, :h]
+
+
+class Timer:
+    """Kernel-active time per call from the profiler, with a cold L2 before every call."""
+
+    def __init__(self, device):
+        self.flush_buf = torch.empty(512 * 2**20, dtype=torch.int8, device=device)
+
+    def __call__(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> float:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                self.flush_buf.bitwise_not_()
+                fn()
+            torch.cuda.synchronize()
+        evs = []
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy"):
+                evs.append((e.time_range.start, e.time_range.elapsed_us(), e.name))
+        evs.sort()
+        calls: list[float] = []
+        cur: Optional[float] = None
+        for _, dur, name in evs:
+            if FLUSH_NAME in name:
+                if cur is not None:
+                    calls.append(cur)
+                cur = 0.0
+            elif cur is not None:
+                cur += dur
+        if cur is not None:
+            calls.append(cur)
+        if len(calls) != n:
+            raise RuntimeError(f"profiler split gave {len(calls)} calls, expected {n}")
+        return statistics.median(calls)
+
+
+def copy_ceiling(device) -> float:
+    """TB/s of a 2 GB device-to-device copy (bytes read + written)."""
+    a = torch.empty(2 * 2**30, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    t0 = torch.cuda.Event(enable_timing=True)
+    t1 = torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(10):
+        b.copy_(a)
+    t1.record()
+    torch.cuda.synchronize()
+    sec = t0.elapsed_time(t1) / 1e3 / 10
+    del a, b
+    return 2 * 2 * 2**30 / sec / 1e12
+
+
+# --------------------------------------------------------------------------------------------
+# The contenders. Each returns a zero-argument callable that runs one call of the pass.
+
+def eager_fwd(x, w, eps):
+    xf = x.float()
+    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * r * w.float()).to(torch.bfloat16), r
+
+
+def eager_bwd(g, x, w, rstd):
+    gf, xf, wf = g.float(), x.float(), w.float()
+    r = rstd.unsqueeze(-1)
+    xhat = xf * r
+    gw = gf * wf
+    c = (gw * xhat).mean(-1, keepdim=True)
+    dx = (r * (gw - xhat * c)).to(torch.bfloat16)
+    dw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0)
+    return dx, dw
+
+
+_compiled: dict = {}
+
+
+def contenders(pass_: str, x, w, g, eps, residual, include_baselines: bool):
+    import cake_rmsnorm_det as crd
+
+    out: dict[str, Callable[[], object]] = {}
+    if pass_ == "fwd":
+        if residual is None:
+            out["cake"] = lambda: crd.forward(x, w, eps)
+        else:
+            out["cake"] = lambda: crd.forward(x, w, eps, residual=residual)
+    else:
+        if residual is None:
+            y, rstd = crd.forward(x, w, eps)
+            xin = x
+            out["cake"] = lambda: crd.backward(g, xin, w, rstd)
+        else:
+            y, h, rstd = crd.forward(x, w, eps, residual=residual)
+            out["cake"] = lambda: crd.backward(g, h, w, rstd, residual)
+    if not include_baselines:
+        return out
+    xc = x.reshape(-1, x.shape[-1])          # peers take a reshape copy of strided views
+    gc = g.reshape(-1, x.shape[-1])
+    rstd_e = eager_fwd(xc, w, eps)[1].squeeze(-1)
+    if pass_ == "fwd":
+        out["eager"] = lambda: eager_fwd(x.reshape(-1, x.shape[-1]), w, eps)
+        cf = torch.compile(eager_fwd, dynamic=False)
+        out["compile"] = lambda: cf(x.reshape(-1, x.shape[-1]), w, eps)
+        out["F.rms_norm"] = lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w.to(x.dtype) if w.dtype != x.dtype else w, eps)
+    else:
+        out["eager"] = lambda: eager_bwd(g.reshape(-1, x.shape[-1]), x.reshape(-1, x.shape[-1]), w, rstd_e)
+        cb = torch.compile(eager_bwd, dynamic=False)
+        out["compile"] = lambda: cb(g.reshape(-1, x.shape[-1]), x.reshape(-1, x.shape[-1]), w, rstd_e)
+        xr = xc.detach().clone().requires_grad_(True)
+        wr = w.detach().clone().to(x.dtype).requires_grad_(True)
+        yr = torch.nn.functional.rms_norm(xr, (x.shape[-1],), wr, eps)
+        out["F.rms_norm"] = lambda: torch.autograd.grad(yr, (xr, wr), gc, retain_graph=True)
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        xl = xc.detach().clone().requires_grad_(pass_ == "bwd")
+        wl = w.detach().clone().requires_grad_(pass_ == "bwd")
+        if pass_ == "fwd":
+            out["liger"] = lambda: LigerRMSNormFunction.apply(x.reshape(-1, x.shape[-1]), wl, eps, 0.0, "llama", False)
+        else:
+            yl = LigerRMSNormFunction.apply(xl, wl, eps, 0.0, "llama", False)
+            out["liger"] = lambda: torch.autograd.grad(yl, (xl, wl), gc, retain_graph=True)
+    except Exception as e:  # not installed, or a shape it refuses
+        print(f"  liger unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+    return out
+
+
+def run(args) -> list[dict]:
+    import torch._dynamo
+
+    # one static compile per shape (dynamic=False): lift the recompile limits
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 100000)
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    timer = Timer(device)
+    ceiling = copy_ceiling(device)
+    props = torch.cuda.get_device_properties(device)
+    meta = {"gpu": props.name, "sms": props.multi_processor_count, "date": time.strftime("%Y-%m-%d"),
+            "torch": torch.__version__, "copy_TBps": round(ceiling, 3), "command": " ".join(sys.argv)}
+    print(f"# {meta['gpu']} ({meta['sms']} SMs), copy ceiling {ceiling:.2f} TB/s", flush=True)
+    rows: list[dict] = []
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    jsonl = (outdir / "results.jsonl").open("w")
+    eps = 1e-6
+    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick)
+            for wd in ("bf16", "fp32") for res in (False, True)
+            if not (args.quick and (wd, res) == ("fp32", True))]
+    t_start = time.perf_counter()
+    for i, (pass_, s, wd, res) in enumerate(todo, 1):
+        x = make_input(s, device)
+        w = (torch.rand(s["H"], device=device) + 0.5).to(torch.bfloat16 if wd == "bf16" else torch.float32)
+        g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+        r = torch.randn(x.shape, device=device).to(torch.bfloat16) if res else None
+        base = wd == "bf16" and not res and not args.no_baselines
+        nrows = x.numel() // s["H"]
+        nbytes = (6 if pass_ == "bwd" else 4) * x.numel() + 4 * nrows
+        row = {"pass": pass_, "shape": s["label"], "T": s["T"], "H": s["H"], "rows": nrows, "weight": wd,
+               "residual": res, "bytes": nbytes, "us": {}}
+        for name, fn in contenders(pass_, x, w, g, eps, r, base).items():
+            try:
+                row["us"][name] = round(timer(fn), 3)
+            except Exception as e:
+                print(f"  {name} failed on {s['label']}: {type(e).__name__}: {e}", file=sys.stderr)
+        ours = row["us"].get("cake")
+        row["TBps"] = round(nbytes / ours / 1e6, 3) if ours else None
+        others = {k: v for k, v in row["us"].items() if k != "cake"}
+        row["best_baseline"] = min(others, key=others.get) if others else None
+        row["speedup_vs_best"] = round(others[row["best_baseline"]] / ours, 3) if others and ours else None
+        rows.append(row)
+        jsonl.write(json.dumps(row) + "\n")
+        jsonl.flush()
+        el = time.perf_counter() - t_start
+        print(f"[{i}/{len(todo)} {el:5.0f}s] {pass_} {s['label']:34s} w={wd} res={int(res)} "
+              f"cake {ours} us {row['TBps']} TB/s " + " ".join(f"{k}={v}" for k, v in others.items()), flush=True)
+        del x, g, r
+    (outdir / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (outdir / "results.md").write_text(markdown(meta, rows))
+    try:
+        plot(rows, outdir)
+    except Exception as e:
+        print(f"plot skipped: {e}", file=sys.stderr)
+    return rows
+
+
+def markdown(meta: dict, rows: list[dict]) -> str:
+    names = ["cake", "eager", "compile", "F.rms_norm", "liger"]
+    lines = [f"GPU {meta['gpu']} ({meta['sms']} SMs), {meta['date']}, torch {meta['torch']}, copy ceiling "
+             f"{meta['copy_TBps']} TB/s. Kernel-active us per call (CUPTI), cold L2, median of 30.", "",
+             "| pass | shape | w | res | " + " | ".join(names) + " | cake TB/s | best baseline / cake |",
+             "|" + "---|" * (len(names) + 6)]
+    for r in rows:
+        cells = [str(r["us"].get(n, "")) for n in names]
+        lines.append(f"| {r['pass']} | {r['shape']} | {r['weight']} | {int(r['residual'])} | " + " | ".join(cells)
+                     + f" | {r['TBps']} | {r['speedup_vs_best'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], outdir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for pass_ in ("bwd", "fwd"):
+        sel = [r for r in rows if r["pass"] == pass_ and r["weight"] == "bf16" and not r["residual"]
+               and "[" in r["shape"] and r["shape"].count(",") == 1]
+        if not sel:
+            continue
+        fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharey=True)
+        for ax, h in zip(axes.flat, WIDTHS):
+            rs = sorted((r for r in sel if r["H"] == h), key=lambda r: r["T"])
+            for name in ("cake", "eager", "compile", "F.rms_norm", "liger"):
+                pts = [(r["T"], r["bytes"] / r["us"][name] / 1e6) for r in rs if name in r["us"]]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{pass_} H={h}")
+            ax.set_xlabel("T")
+            ax.set_ylabel("TB/s")
+            ax.grid(True, alpha=0.3)
+        axes.flat[0].legend()
+        axes.flat[-1].axis("off")
+        fig.tight_layout()
+        fig.savefig(outdir / f"{pass_}_tbps.png", dpi=80)
+
+
+def _main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cake_rmsnorm_det.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--passes", default="bwd,fwd")
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args(argv)
+    a.passes = a.passes.split(",")
+    if not torch.cuda.is_available():
+        print("no CUDA device: the benchmark needs the GPU", file=sys.stderr)
+        return 2
+    run(a)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,157 @@
+"""The route registry: (arch, pass, H, weight dtype, residual) -> windows of rows -> program + launch rule.
+
+Every key of every supported arch is routed: the qualified widths to their specialised programs,
+any other width (a multiple of 8 up to 16384) to the generic program of its pass. Windows of one
+key cover (0, inf) without gap or overlap; the edges and their evidence live in cake_windows.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from . import cake_windows as cw
+from .programs import SUPPORTED_ARCHS, Program, program_by_key
+
+PASSES = ("fwd", "bwd")
+WEIGHTS = ("bf16", "fp32")
+QUALIFIED_WIDTHS = cw.QUALIFIED_WIDTHS
+SPEC_ARCHS = cw.SPEC_ARCHS
+MAX_HIDDEN = 16384
+INF = None  # an open upper edge
+
+# dw row partition (a function of rows and H alone: never of the device, grid or program).
+# Up to SMALL_ROWS_BUDGET // H rows are one chunk; above, about CHUNK_TARGET(H) chunks.
+SMALL_ROWS_BUDGET = 4096
+
+
+def small_rows(hidden: int) -> int:
+    """Rows that form a single dw chunk (the small form's window)."""
+    return max(1, SMALL_ROWS_BUDGET // hidden)
+
+
+CHUNK_TARGET = 264      # about one chunk per resident CTA on a 132-SM H200 (two 512-thread CTAs/SM)
+MIN_CHUNK_ROWS = 4      # the FP64 partial of a chunk costs 2/chunk_rows of its input bytes
+
+
+def dw_partition(rows: int, hidden: int) -> tuple[int, int]:
+    """(chunk_rows, chunks) of the dw reduction for `rows` rows of width `hidden`.
+
+    A function of (rows, hidden) alone: never of the device, grid, stream or program, so dw's
+    bits are too. Up to small_rows(H) rows are one chunk; above, about CHUNK_TARGET chunks of at
+    least MIN_CHUNK_ROWS rows."""
+    if rows <= 0:
+        return 1, 0
+    if rows <= small_rows(hidden):
+        return rows, 1
+    chunk_rows = max(MIN_CHUNK_ROWS, ceil(rows / CHUNK_TARGET))
+    return chunk_rows, ceil(rows / chunk_rows)
+
+
+WORKSPACE_HEADER = 256  # bytes: the single form's arrival ticket (kept at zero between calls)
+
+
+def workspace_bytes(rows: int, hidden: int) -> int:
+    """Bytes of backward workspace for `rows` rows of width `hidden`."""
+    _, chunks = dw_partition(rows, hidden)
+    return WORKSPACE_HEADER + chunks * hidden * 8
+
+
+@dataclass(frozen=True)
+class RouteKey:
+    arch: str
+    pass_: str
+    hidden: int
+    weight: str
+    residual: bool
+
+    def __str__(self) -> str:
+        return (f"({self.arch}, {self.pass_}, H={self.hidden}, w={self.weight}, "
+                f"residual={'yes' if self.residual else 'no'})")
+
+
+@dataclass(frozen=True)
+class Window:
+    lo: int                 # exclusive
+    hi: int | None          # inclusive; None = no upper edge
+    program_key: str
+    form: str               # fwd: "rows"; bwd: "small" | "single" | "pair"
+    evidence: str           # why the upper edge is where it is
+
+    def contains(self, rows: int) -> bool:
+        return rows > self.lo and (self.hi is None or rows <= self.hi)
+
+    def text(self) -> str:
+        return f"({self.lo}, {'inf' if self.hi is None else self.hi}]"
+
+
+def check_key(arch: str, pass_: str, hidden: int, weight: str, residual: bool) -> RouteKey:
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"arch {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHS)}")
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    if weight not in WEIGHTS:
+        raise ValueError(f"weight dtype must be one of {WEIGHTS}, got {weight!r}")
+    if not isinstance(hidden, int) or hidden <= 0 or hidden % 8 or hidden > MAX_HIDDEN:
+        raise ValueError(f"hidden size must be a multiple of 8 in [8, {MAX_HIDDEN}], got {hidden}")
+    return RouteKey(arch, pass_, hidden, weight, bool(residual))
+
+
+def program_key_for(pass_: str, hidden: int) -> str:
+    return f"{pass_}_h{hidden}" if hidden in QUALIFIED_WIDTHS else f"{pass_}_generic"
+
+
+def windows(key: RouteKey) -> list[Window]:
+    """The sorted windows of one route key."""
+    prog = program_key_for(key.pass_, key.hidden)
+    if key.pass_ == "fwd":
+        return [Window(0, INF, prog, "rows", "one window: the forward has no dw reduction to split")]
+    small = small_rows(key.hidden)
+    edge, ev = single_pair_edge(key.arch, key.hidden)
+    out = [Window(0, small, prog, "small",
+                  f"partition rule: rows <= {SMALL_ROWS_BUDGET}//H = {small} are one dw chunk")]
+    if edge is None:
+        out.append(Window(small, INF, prog, "single", "open edge: " + ev.line()))
+    elif edge > small:
+        out.append(Window(small, edge, prog, "single", ev.line()))
+        out.append(Window(edge, INF, prog, "pair", "open edge"))
+    else:
+        out.append(Window(small, INF, prog, "pair", ev.line()))
+    return out
+
+
+def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
+    """The last row count of the single form (None: it runs every larger row count), and why."""
+    hit = cw.MEASURED_SINGLE_PAIR_EDGES.get((arch, hidden))
+    if hit is not None:
+        return hit
+    max_chunks = cw.SINGLE_FORM_PARTIALS // hidden
+    if max_chunks >= CHUNK_TARGET:
+        return None, cw.rule_evidence(arch)
+    # below CHUNK_TARGET * MIN_CHUNK_ROWS rows, chunks = ceil(rows / MIN_CHUNK_ROWS)
+    return max(small_rows(hidden), max_chunks * MIN_CHUNK_ROWS), cw.rule_evidence(arch)
+
+
+@dataclass(frozen=True)
+class Route:
+    key: RouteKey
+    rows: int
+    window: Window
+    program: Program
+    chunk_rows: int
+    chunks: int
+
+
+def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
+    """The window, program and dw partition that run `rows` rows under one key."""
+    key = check_key(arch, pass_, hidden, weight, residual)
+    r = max(rows, 1)
+    for w in windows(key):
+        if w.contains(r):
+            chunk_rows, chunks = dw_partition(rows, hidden) if pass_ == "bwd" else (0, 0)
+            return Route(key, rows, w, program_by_key(w.program_key), chunk_rows, chunks)
+    raise AssertionError(f"no window of {key} holds {rows} rows")  # the tests rule this out
+
+
+def all_keys(arch: str, widths: tuple[int, ...] = QUALIFIED_WIDTHS) -> list[RouteKey]:
+    return [RouteKey(arch, p, h, w, r) for p in PASSES for h in widths for w in WEIGHTS for r in (False, True)]

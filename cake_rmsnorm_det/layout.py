@@ -1,0 +1,63 @@
+"""The canonical row layout of csrc/include/cake/layout.cuh, mirrored for route inspection.
+
+Kept beside the header it mirrors; tests compare both on every qualified width."""
+
+from __future__ import annotations
+
+from math import ceil
+
+MAX_VEC_PER_THREAD = 2
+MAX_ROW_THREADS = 1024
+CTA_THREADS = 512
+
+
+def row_layout(hidden: int) -> tuple[int, int]:
+    """(threads per row, 16-byte vectors per thread) for width `hidden`."""
+    vecs = (hidden + 7) // 8
+    for vpt in range(1, MAX_VEC_PER_THREAD + 1):
+        if vecs % vpt == 0 and (vecs // vpt) % 32 == 0 and vecs // vpt <= MAX_ROW_THREADS:
+            return vecs // vpt, vpt
+    threads = 32 if vecs < 32 else (MAX_ROW_THREADS if vecs >= MAX_ROW_THREADS else (vecs + 31) // 32 * 32)
+    return threads, ceil(vecs / threads)
+
+
+FWD_MAX_VEC_PER_THREAD = 4
+FWD_MAX_ROW_THREADS = 512
+
+
+def fwd_row_layout(hidden: int) -> tuple[int, int]:
+    """The forward's (threads per row, vectors per thread): up to 4 vectors, 512 threads."""
+    vecs = (hidden + 7) // 8
+    for vpt in range(FWD_MAX_VEC_PER_THREAD, 0, -1):
+        if vecs % vpt == 0 and (vecs // vpt) % 32 == 0 and vecs // vpt <= FWD_MAX_ROW_THREADS:
+            return vecs // vpt, vpt
+    if vecs < 32:
+        threads = 32
+    elif vecs >= 4 * FWD_MAX_ROW_THREADS:
+        threads = FWD_MAX_ROW_THREADS
+    else:
+        threads = ((vecs + 3) // 4 + 31) // 32 * 32
+    return threads, ceil(vecs / threads)
+
+
+def rows_per_cta(row_threads: int) -> int:
+    return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
+
+
+def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int) -> str:
+    """A one-line description of the launch a route makes (grid sizes are capped at run time by
+    occupancy x SM count)."""
+    threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
+    rpc = rows_per_cta(threads)
+    cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
+    if pass_ == "fwd":
+        return f"forward_kernel: {cta}; grid ceil(rows/{rpc})"
+    part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
+    if form == "small":
+        return f"backward_kernel x1 CTA: {cta}; {part}; dw written from registers"
+    if form == "single":
+        return f"backward_kernel: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
+    tiles = ceil(hidden / 32)
+    return (f"backward_kernel: {cta}; grid min({chunks}, resident CTAs); {part}; "
+            f"dw_reduce_kernel {tiles} CTAs")
+

@@ -1,0 +1,4 @@
+// Backward program for H = 512.
+#include "cake/backward.cuh"
+
+CAKE_BACKWARD_PROGRAM(512)

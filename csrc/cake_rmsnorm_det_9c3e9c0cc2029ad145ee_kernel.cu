@@ -1,0 +1,4 @@
+// Backward program for H = 1536.
+#include "cake/backward.cuh"
+
+CAKE_BACKWARD_PROGRAM(1536)

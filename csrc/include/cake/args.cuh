@@ -1,0 +1,47 @@
+// The launch arguments of the two passes: the one interface between a program's binding and its kernels.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "cake/layout.cuh"
+
+namespace cake {
+
+struct ForwardArgs {
+  const __nv_bfloat16* x;
+  const __nv_bfloat16* residual;  // null when the plain form runs
+  const void* w;                  // BF16 or FP32 [H]
+  __nv_bfloat16* y;               // [rows, H] contiguous
+  __nv_bfloat16* h_out;           // [rows, H] contiguous, residual form only
+  float* rstd;                    // [rows]
+  int64_t rows, hidden;
+  RowView xv, rv;
+  double eps;
+  bool weight_fp32;
+  int max_ctas;                   // 0: no cap (the cap exists for tests)
+  cudaStream_t stream;
+};
+
+// pair: main + reduce kernel; single: the last CTA reduces; small: one chunk, dw from registers.
+enum BackwardForm : int { kPair = 0, kSingle = 1, kSmall = 2 };
+
+struct BackwardArgs {
+  const __nv_bfloat16* g;
+  const __nv_bfloat16* x;
+  const void* w;                   // BF16 or FP32 [H]
+  const float* rstd;               // [rows]
+  const __nv_bfloat16* g_residual; // null when absent
+  __nv_bfloat16* dx;               // [rows, H] contiguous
+  float* dw;                       // [H]
+  double* partials;                // workspace: [chunks, H]
+  unsigned* counter;               // workspace: arrival ticket, zero between calls
+  int64_t rows, hidden, chunk_rows, chunks;
+  RowView gv, xv, grv;
+  bool weight_fp32;
+  int form;
+  int max_ctas;                    // 0: no cap (the cap exists for tests)
+  cudaStream_t stream;
+};
+
+}  // namespace cake

@@ -1,0 +1,89 @@
+// The fixed-order combine of dw chunk partials. Canonical order for C chunks: level 1 sums blocks
+// of B = ceil(C/32) consecutive chunks (compensated, in chunk order); level 2 sums the <= 32 block
+// results (compensated, in block order) and rounds once to FP32. It depends on C alone, so the two
+// ways of running it below (a CTA per 32-column tile, or one CTA sweeping every column) give the
+// same bits: that is what lets the pair and single forms agree.
+#pragma once
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "cake/reduce.cuh"
+
+namespace cake {
+
+constexpr int kReduceTile = 32;     // columns per tile (one per lane)
+constexpr int kMaxBlocks = 32;      // level-1 blocks per column
+
+__host__ __device__ __forceinline__ int64_t dw_block_len(int64_t chunks) {
+  return (chunks + kMaxBlocks - 1) / kMaxBlocks;
+}
+
+// Level 1: block b of column `col`. Partials were written by other CTAs: read through L2.
+__device__ __forceinline__ Compensated dw_block_sum(const double* partials, int64_t hidden,
+                                                    int64_t chunks, int64_t b, int64_t col) {
+  const int64_t len = dw_block_len(chunks);
+  const int64_t c0 = b * len;
+  const int64_t c1 = c0 + len < chunks ? c0 + len : chunks;
+  Compensated acc;
+#pragma unroll 8
+  for (int64_t c = c0; c < c1; ++c) acc.add(__ldcg(partials + c * hidden + col));
+  return acc;
+}
+
+// Level 2 over the block results, in block order.
+struct DwFinal {
+  Compensated total;
+  double comp = 0.0;
+  __device__ __forceinline__ void add(const Compensated& block) {
+    total.add(block.s);
+    comp += block.c;
+  }
+  __device__ __forceinline__ float value() const { return float(total.s + (total.c + comp)); }
+};
+
+// Pair form: one CTA per 32-column tile, warps spread over the blocks.
+__global__ void __launch_bounds__(1024) dw_reduce_kernel(const double* partials, float* dw,
+                                                         int64_t hidden, int64_t chunks) {
+  __shared__ double2 blocks[kMaxBlocks][kReduceTile];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t col = int64_t(blockIdx.x) * kReduceTile + lane;
+  const int64_t nb = (chunks + dw_block_len(chunks) - 1) / dw_block_len(chunks);
+  for (int64_t b = warp; b < nb; b += warps) {
+    Compensated s;
+    if (col < hidden) s = dw_block_sum(partials, hidden, chunks, b, col);
+    blocks[b][lane] = make_double2(s.s, s.c);
+  }
+  __syncthreads();
+  if (warp == 0 && col < hidden) {
+    DwFinal f;
+    for (int64_t b = 0; b < nb; ++b) {
+      Compensated s;
+      s.s = blocks[b][lane].x;
+      s.c = blocks[b][lane].y;
+      f.add(s);
+    }
+    dw[col] = f.value();
+  }
+}
+
+// Single form: the last CTA of the main kernel sweeps every column itself.
+__device__ __forceinline__ void dw_reduce_cta(const double* partials, float* dw, int64_t hidden,
+                                              int64_t chunks) {
+  const int64_t nb = (chunks + dw_block_len(chunks) - 1) / dw_block_len(chunks);
+  for (int64_t col = threadIdx.x; col < hidden; col += blockDim.x) {
+    DwFinal f;
+    for (int64_t b = 0; b < nb; ++b) f.add(dw_block_sum(partials, hidden, chunks, b, col));
+    dw[col] = f.value();
+  }
+}
+
+inline cudaError_t launch_dw_reduce(const double* partials, float* dw, int64_t hidden,
+                                    int64_t chunks, cudaStream_t stream) {
+  const int64_t tiles = (hidden + kReduceTile - 1) / kReduceTile;
+  const int64_t nb = (chunks + dw_block_len(chunks) - 1) / dw_block_len(chunks);
+  const int threads = static_cast<int>(nb < 1 ? 32 : nb * 32);  // one warp per level-1 block
+  dw_reduce_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(partials, dw, hidden, chunks);
+  return cudaGetLastError();
+}
+
+}  // namespace cake

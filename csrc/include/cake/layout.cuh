@@ -1,0 +1,71 @@
+// The canonical row layout: how many threads share one row and which 16-byte vectors each owns.
+// It is a function of H alone, and every program of a width uses it, so the in-row reductions
+// (sum of squares, the g*w*xhat dot) add the same numbers in the same order whatever the
+// program, grid or token count: that is what makes rows batch-invariant.
+#pragma once
+#include <cstdint>
+
+namespace cake {
+
+constexpr int kMaxVecPerThread = 2;   // H <= 16384 = 1024 threads x 2 vectors x 8 elements
+constexpr int kMaxRowThreads = 1024;
+constexpr int kMaxCtaThreads = 1024;
+constexpr int kCtaThreads = 512;       // narrow rows are packed side by side up to this many threads
+
+struct RowLayout {
+  int threads;  // threads per row, a multiple of 32
+  int vpt;      // 16-byte vectors per thread; thread t owns vectors t + k*threads, k < vpt
+};
+
+// Prefer exact tilings (every thread owns the same number of vectors) with one vector per thread
+// where a row fits in 1024 threads: each vector costs 8 FP64 dw accumulators and two prefetched
+// 16-byte slices per input, and the kernels must stay within 64 registers. Otherwise 1024
+// threads with the tail threads partly idle.
+__host__ __device__ constexpr RowLayout row_layout(int hidden) {
+  const int vecs = (hidden + 7) / 8;
+  for (int vpt = 1; vpt <= kMaxVecPerThread; ++vpt) {
+    if (vecs % vpt == 0 && (vecs / vpt) % 32 == 0 && vecs / vpt <= kMaxRowThreads) {
+      return RowLayout{vecs / vpt, vpt};
+    }
+  }
+  const int threads = vecs < 32 ? 32 : (vecs >= kMaxRowThreads ? kMaxRowThreads : (vecs + 31) / 32 * 32);
+  return RowLayout{threads, (vecs + threads - 1) / threads};
+}
+
+// The forward's layout: its reduction (the sum of squares) carries no per-column accumulators,
+// so each thread takes up to four vectors (64 bytes per input in flight) and rows stay within
+// 512 threads. Same rule shape: the largest vpt <= 4 that tiles H exactly in whole warps.
+constexpr int kFwdMaxVecPerThread = 4;
+constexpr int kFwdMaxRowThreads = 512;
+
+__host__ __device__ constexpr RowLayout fwd_row_layout(int hidden) {
+  const int vecs = (hidden + 7) / 8;
+  for (int vpt = kFwdMaxVecPerThread; vpt >= 1; --vpt) {
+    if (vecs % vpt == 0 && (vecs / vpt) % 32 == 0 && vecs / vpt <= kFwdMaxRowThreads) {
+      return RowLayout{vecs / vpt, vpt};
+    }
+  }
+  const int threads = vecs < 32 ? 32 : (vecs >= 4 * kFwdMaxRowThreads ? kFwdMaxRowThreads
+                                        : ((vecs + 3) / 4 + 31) / 32 * 32);
+  return RowLayout{threads, (vecs + threads - 1) / threads};
+}
+
+template <bool kForward>
+__host__ __device__ constexpr RowLayout pass_layout(int hidden) {
+  return kForward ? fwd_row_layout(hidden) : row_layout(hidden);
+}
+
+// Rows handled side by side in one CTA: fill about 512 threads.
+__host__ __device__ constexpr int rows_per_cta(int row_threads) {
+  return row_threads >= kCtaThreads ? 1 : kCtaThreads / row_threads;
+}
+
+// Offsets of a row in a [d0, d1, H] view with element strides (s0, s1, 1). 64-bit throughout.
+struct RowView {
+  int64_t d1, s0, s1;
+  __device__ __forceinline__ int64_t offset(int64_t row) const {
+    return d1 == 1 ? row * s0 : (row / d1) * s0 + (row % d1) * s1;
+  }
+};
+
+}  // namespace cake

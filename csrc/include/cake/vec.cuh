@@ -1,0 +1,73 @@
+// 16-byte vector I/O for BF16 rows and the weight vector.
+// Every row access of the package goes through these, so the widths and cache hints live in one place.
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace cake {
+
+constexpr int kVec = 8;  // BF16 elements in one 16-byte access
+
+// A row slice of 8 BF16 values as one 16-byte register quad.
+struct alignas(16) Pack8 {
+  uint32_t u[4];
+};
+
+// Streaming read of data used once: bypass L1 allocation, keep the read-only path.
+__device__ __forceinline__ Pack8 load_stream(const __nv_bfloat16* p) {
+  Pack8 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.u[0]), "=r"(v.u[1]), "=r"(v.u[2]), "=r"(v.u[3])
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void store_pack(__nv_bfloat16* p, const Pack8& v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.u[0]), "r"(v.u[1]),
+               "r"(v.u[2]), "r"(v.u[3])
+               : "memory");
+}
+
+// BF16 -> FP32 is exact: the BF16 bits are the high half of the FP32 bits.
+__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+__device__ __forceinline__ void unpack(const Pack8& v, float (&f)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = lo_bf16(v.u[i]);
+    f[2 * i + 1] = hi_bf16(v.u[i]);
+  }
+}
+
+// FP32 -> BF16 with round-to-nearest-even (the rounding torch uses for .to(bfloat16)).
+__device__ __forceinline__ Pack8 pack(const float (&f)[kVec]) {
+  Pack8 v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    v.u[i] = *reinterpret_cast<uint32_t*>(&h);
+  }
+  return v;
+}
+
+// Weight slice of 8 columns as FP32, from a BF16 or FP32 weight vector (read once per CTA).
+template <typename WT>
+__device__ __forceinline__ void load_weight8(const WT* w, int64_t col, float (&f)[kVec]);
+
+template <>
+__device__ __forceinline__ void load_weight8<__nv_bfloat16>(const __nv_bfloat16* w, int64_t col,
+                                                            float (&f)[kVec]) {
+  Pack8 v = *reinterpret_cast<const Pack8*>(w + col);
+  unpack(v, f);
+}
+
+template <>
+__device__ __forceinline__ void load_weight8<float>(const float* w, int64_t col, float (&f)[kVec]) {
+  const float4 a = *reinterpret_cast<const float4*>(w + col);
+  const float4 b = *reinterpret_cast<const float4*>(w + col + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+}  // namespace cake

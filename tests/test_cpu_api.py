@@ -1,0 +1,140 @@
+"""Validation, layout rules, reference math and the torch integration that runs without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cake_rmsnorm_det as crd
+from cake_rmsnorm_det import api, reference as ref
+
+
+def test_activation_dtype_and_device_errors():
+    w = torch.ones(64)
+    with pytest.raises(TypeError, match="bfloat16"):
+        crd.forward(torch.zeros(2, 64, dtype=torch.float16), w)
+    with pytest.raises(TypeError, match="bfloat16"):
+        crd.forward(torch.zeros(2, 64), w)
+    with pytest.raises(ValueError, match="CUDA"):
+        crd.forward(torch.zeros(2, 64, dtype=torch.bfloat16), w)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        crd.forward([1.0], w)
+    with pytest.raises(ValueError, match="CUDA"):
+        crd.backward(torch.zeros(2, 64, dtype=torch.bfloat16), torch.zeros(2, 64, dtype=torch.bfloat16),
+                     w, torch.ones(2))
+
+
+@pytest.mark.parametrize("eps", [0.0, -1.0, float("nan"), float("inf")])
+def test_eps_must_be_finite_and_positive(eps):
+    with pytest.raises(ValueError, match="eps"):
+        api._check_eps(eps)
+    with pytest.raises(TypeError):
+        api._check_eps("1e-6")
+
+
+def test_hidden_rule():
+    for h in (4, 12, 16392, 0):
+        with pytest.raises(ValueError, match="multiple of 8"):
+            api._check_hidden(h)
+    for h in (8, 256, 16384):
+        api._check_hidden(h)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        crd.workspace_bytes(10, 100)
+    assert crd.workspace_bytes(65536, 4096) == 256 + 264 * 4096 * 8
+
+
+def test_rows_view_reads_strided_views_in_place():
+    buf = torch.zeros(16, 24, 512, dtype=torch.bfloat16)
+    q = buf[:, :, :256]
+    v = api._rows_view(q)
+    assert v.t is q and (v.d1, v.s0) == (1, 512)            # (T*24) rows of stride 512
+    k = torch.zeros(16, 4, 256, dtype=torch.bfloat16)
+    v = api._rows_view(k)
+    assert v.t is k and (v.d1, v.s0) == (1, 256)
+    merged = torch.zeros(8, 6, 1024, dtype=torch.bfloat16)[:, ::2, :256]   # collapses to one level
+    v = api._rows_view(merged)
+    assert v.t is merged and (v.d1, v.s0) == (1, 2048)
+    two = torch.zeros(8, 6, 1024, dtype=torch.bfloat16)[:, :3, :256]       # two strided levels
+    v = api._rows_view(two)
+    assert v.t is two and (v.d1, v.s0, v.s1) == (3, 6144, 1024)
+    three = torch.zeros(4, 4, 4, 512, dtype=torch.bfloat16)[:, :3, :3, :256]
+    assert api._rows_view(three).t is not three                       # three levels: copied once
+    off = torch.zeros(8, 264, dtype=torch.bfloat16)[:, 1:257]         # misaligned base
+    v = api._rows_view(off)
+    assert v.t is not off and v.t.is_contiguous() and torch.equal(v.t, off)
+    odd = torch.zeros(8, 260, dtype=torch.bfloat16)[:, :256]          # row stride not a multiple of 8
+    assert api._rows_view(odd).t is not odd
+
+
+def test_knobs_restore_and_check():
+    with pytest.raises(ValueError):
+        with crd.cap_ctas(0):
+            pass
+    with crd.cap_ctas(7):
+        assert api._knobs.max_ctas == 7
+    assert api._knobs.max_ctas == 0
+    with pytest.raises(ValueError):
+        with crd.force_form("diagonal"):
+            pass
+
+
+def test_reference_math_agrees_with_fp64():
+    torch.manual_seed(0)
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    w = torch.rand(256) + 0.5
+    g = torch.randn(64, 256).to(torch.bfloat16)
+    y, rstd = ref.forward_fp32(x, w, 1e-6)
+    r64 = ref.rstd_fp64(x, 1e-6)
+    assert torch.allclose(rstd.double(), r64, rtol=1e-6)
+    dx32, dw32 = ref.backward_fp32(g, x, w, rstd)
+    dx64, dw64 = ref.backward_fp64(g, x, w, rstd)
+    assert torch.allclose(dx32.double(), dx64, atol=1e-2, rtol=1e-2)
+    assert ref.dw_error_ratio(dw32, dw64) < 1.0
+    assert ref.dw_error_ratio(ref.dw_fp64(g, x, rstd).float(), dw64) < 1e-2
+    a = torch.tensor([1.0, -2.0, 3.0]).to(torch.bfloat16)
+    b = torch.tensor([1.0078125, -2.0, 3.0]).to(torch.bfloat16)
+    assert ref.bf16_ulp_distance(a, b).tolist() == [1, 0, 0]
+    assert int(ref.fp32_ulp_distance(torch.tensor([1.0]), torch.tensor([1.0000001])).item()) == 1
+
+
+def test_input_families():
+    for fam in ref.FAMILIES:
+        x, g = ref.input_family(fam, 32, 512)
+        assert x.dtype == torch.bfloat16 and x.shape == (32, 512) and g.shape == (32, 512)
+    x, _ = ref.input_family("positive", 32, 512)
+    assert bool((x >= 1).all())
+    with pytest.raises(ValueError):
+        ref.input_family("zeros", 4, 8)
+
+
+def test_custom_ops_have_fake_kernels():
+    x = torch.empty(5, 7, 256, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(256, device="meta", dtype=torch.float32)
+    y, h, rstd = torch.ops.cake_rmsnorm_det.rmsnorm_fwd(x, w, x, 1e-6)
+    assert y.shape == x.shape and h.shape == x.shape and rstd.shape == (5, 7) and rstd.dtype == torch.float32
+    dx, dw = torch.ops.cake_rmsnorm_det.rmsnorm_bwd(x, x, w, rstd, None)
+    assert dx.shape == x.shape and dw.shape == (256,) and dw.dtype == torch.float32
+
+
+def test_module_is_state_dict_compatible_with_torch():
+    ours = crd.RMSNorm(128, eps=1e-5)
+    theirs = torch.nn.RMSNorm(128, eps=1e-5)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    ours.load_state_dict(theirs.state_dict())
+    assert "128" in repr(ours) and "eps=1e-05" in repr(ours)
+    ours.weight.data.fill_(3)
+    ours.reset_parameters()
+    assert bool((ours.weight == 1).all())
+    assert crd.RMSNorm([64]).normalized_shape == (64,)
+    with pytest.raises(ValueError, match="last dimension"):
+        crd.RMSNorm((4, 64))
+    with pytest.raises(TypeError):
+        crd.RMSNorm(64, dtype=torch.float16)
+    assert crd.RMSNorm(64, dtype=torch.bfloat16).weight.dtype == torch.bfloat16
+
+
+def test_flashinfer_style_aliases():
+    assert crd.cake_rmsnorm_det_train_forward is crd.forward
+    assert crd.cake_rmsnorm_det_train_backward is crd.backward
+    assert crd.cake_rmsnorm_det is crd.rmsnorm
+    assert crd.cake_rmsnorm_det_workspace_bytes is crd.workspace_bytes

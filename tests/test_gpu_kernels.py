@@ -1,0 +1,224 @@
+"""Kernel correctness, accuracy, determinism and batch invariance on every route (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cake_rmsnorm_det as crd
+from cake_rmsnorm_det import cake_jit, reference as ref
+from cake_rmsnorm_det.programs import current_arch
+
+from helpers import QUALIFIED, assert_close_bf16, assert_dx_close, bits_equal, make, run_backward, run_forward
+
+pytestmark = pytest.mark.gpu
+EPS = 1e-6
+T_LIST = (1, 2, 3, 7, 64, 127, 128, 129, 1000, 4096, 4097, 65536, 65537)
+
+
+def _edges(hidden: int, wname: str, residual: bool) -> list[int]:
+    key = cake_jit.check_key(current_arch(), "bwd", hidden, wname, residual)
+    out = []
+    for w in cake_jit.windows(key)[:-1]:
+        out += [w.hi, w.hi + 1]
+    return out
+
+
+def _check_case(rows, hidden, wdtype, residual, device, seed=0):
+    x, r, w, g, gr = make(rows, hidden, wdtype, residual, device, seed)
+    y, h, rstd = run_forward(x, w, EPS, r)
+    xin = h if residual else x
+    if residual:
+        h_ref = (x.float() + r.float()).to(torch.bfloat16)
+        assert bits_equal(h, h_ref), "h_new is not BF16(x + residual)"
+    rstd64 = ref.rstd_fp64(xin, EPS)
+    ulp = ref.fp32_ulp_distance(rstd, rstd64.float())
+    assert int(ulp.max()) <= 1, f"rstd {int(ulp.max())} FP32 ulps from FP64"
+    y64 = xin.double() * rstd.double().unsqueeze(-1) * w.double()
+    assert_close_bf16(y, y64, "y")
+    dx, dw = run_backward(g, xin, w, rstd, gr)
+    dx64, dw64 = ref.backward_fp64(g, xin, w, rstd, gr)
+    assert_dx_close(dx, g, xin, w, rstd, gr)
+    assert not torch.isnan(dw).any(), "dw has NaN (unwritten?)"
+    ratio = ref.dw_error_ratio(dw, dw64)
+    assert ratio <= 1e-3, f"dw error ratio {ratio} above 0.001 of the budget"
+    return dw, dw64
+
+
+@pytest.mark.parametrize("hidden", QUALIFIED)
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32], ids=["wbf16", "wfp32"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "res"])
+def test_every_route_matches_reference(hidden, wdtype, residual, device):
+    wname = "bf16" if wdtype == torch.bfloat16 else "fp32"
+    ts = sorted(set(T_LIST) | set(_edges(hidden, wname, residual)))
+    for rows in ts:
+        if rows * hidden > 65537 * 2048 and rows not in (65536, 65537):
+            continue
+        _check_case(rows, hidden, wdtype, residual, device, seed=rows)
+
+
+@pytest.mark.parametrize("hidden", [8, 24, 200, 264, 1000, 3072, 7168, 8192, 16384, 16376])
+def test_generic_widths(hidden, device):
+    for rows in (1, 5, 300, 3000):
+        for residual in (False, True):
+            _check_case(rows, hidden, torch.float32 if rows % 2 else torch.bfloat16, residual, device, seed=hidden)
+
+
+def test_views_read_in_place(device):
+    """[T,4,256] key view and the strided [T,24,256] query view of a [T,24,512] buffer."""
+    for T in (1, 33, 1024):
+        buf = torch.randn(T, 24, 512, device=device).to(torch.bfloat16)
+        q = buf[:, :, :256]
+        k = torch.randn(T, 4, 256, device=device).to(torch.bfloat16)
+        w = torch.rand(256, device=device) + 0.5
+        for x in (q, k):
+            y, rstd = crd.forward(x, w, EPS)
+            y2, rstd2 = crd.forward(x.contiguous(), w, EPS)
+            assert bits_equal(y, y2) and bits_equal(rstd, rstd2)
+            g = torch.randn_like(x, dtype=torch.float32).to(torch.bfloat16)
+            dx, dw = crd.backward(g, x, w, rstd)
+            dx2, dw2 = crd.backward(g.contiguous(), x.contiguous(), w, rstd)
+            assert bits_equal(dx, dx2) and bits_equal(dw, dw2)
+            assert dx.shape == x.shape and dx.is_contiguous()
+
+
+def test_misaligned_views_are_materialized(device):
+    base = torch.randn(64, 1032, device=device).to(torch.bfloat16)
+    x = base[:, 1:1025]                       # base offset of one element: not 16-byte aligned
+    w = torch.rand(1024, device=device)
+    y, rstd = crd.forward(x, w, EPS)
+    y2, rstd2 = crd.forward(x.contiguous(), w, EPS)
+    assert bits_equal(y, y2) and bits_equal(rstd, rstd2)
+    odd = torch.randn(64, 1027, device=device).to(torch.bfloat16)[:, :1024]   # row stride 1027
+    y3, _ = crd.forward(odd, w, EPS)
+    y4, _ = crd.forward(odd.contiguous(), w, EPS)
+    assert bits_equal(y3, y4)
+
+
+@pytest.mark.parametrize("hidden", [256, 4096, 6144])
+def test_dw_bits_independent_of_grid(hidden, device):
+    for rows in (7, 129, 4097, 20000):
+        x, _, w, g, _ = make(rows, hidden, torch.bfloat16, False, device, seed=rows)
+        _, rstd = crd.forward(x, w, EPS)
+        base_dx, base_dw = run_backward(g, x, w, rstd)
+        again_dx, again_dw = run_backward(g, x, w, rstd)
+        assert bits_equal(base_dx, again_dx) and bits_equal(base_dw, again_dw), "two runs differ"
+        for cap in (1, 7, 66, 132):
+            with crd.cap_ctas(cap):
+                dx, dw = run_backward(g, x, w, rstd)
+                y, rs = crd.forward(x, w, EPS)
+            assert bits_equal(dx, base_dx), f"dx bits change with {cap} CTAs"
+            assert bits_equal(dw, base_dw), f"dw bits change with {cap} CTAs"
+            assert bits_equal(rs, rstd), f"rstd bits change with {cap} CTAs"
+
+
+@pytest.mark.parametrize("hidden", [256, 2048, 4096])
+def test_pair_and_single_agree(hidden, device):
+    for rows in (1, 3, 20, 600, 5000):
+        x, _, w, g, _ = make(rows, hidden, torch.float32, False, device, seed=rows)
+        _, rstd = crd.forward(x, w, EPS)
+        outs = {}
+        forms = ["pair", "single"] + (["small"] if cake_jit.dw_partition(rows, hidden)[1] == 1 else [])
+        for form in forms:
+            with crd.force_form(form):
+                outs[form] = run_backward(g, x, w, rstd)
+        for form in forms[1:]:
+            assert bits_equal(outs[form][1], outs["pair"][1]), f"dw of {form} differs from pair at {rows} rows"
+            assert bits_equal(outs[form][0], outs["pair"][0]), f"dx of {form} differs from pair at {rows} rows"
+
+
+@pytest.mark.parametrize("hidden", QUALIFIED + (8192,))
+def test_batch_invariant_rows(hidden, device):
+    """The same row gives the same rstd, y and dx bits in calls of any size, on every window."""
+    wname = "bf16"
+    sizes = sorted({1, 7, 4097, 65536 if hidden <= 2048 else 16384} | set(_edges(hidden, wname, False)))
+    big = max(sizes)
+    x, _, w, g, _ = make(big, hidden, torch.bfloat16, False, device, seed=hidden)
+    y_all, rstd_all = crd.forward(x, w, EPS)
+    dx_all, _ = crd.backward(g, x, w, rstd_all)
+    for n in sizes:
+        y, rstd = crd.forward(x[-n:], w, EPS)
+        dx, _ = crd.backward(g[-n:], x[-n:], w, rstd)
+        assert bits_equal(rstd, rstd_all[-n:]), f"rstd of the last {n} rows differ"
+        assert bits_equal(y, y_all[-n:]), f"y of the last {n} rows differ"
+        assert bits_equal(dx, dx_all[-n:]), f"dx of the last {n} rows differ"
+
+
+def test_specialised_and_generic_programs_agree(device):
+    """Row layout is a function of H alone: the generic program gives the fixed-width bits."""
+    from cake_rmsnorm_det import api
+    from cake_rmsnorm_det.programs import load_program, program_by_key
+    for hidden in (256, 4096):
+        x, _, w, g, _ = make(300, hidden, torch.bfloat16, False, device, seed=1)
+        y, rstd = crd.forward(x, w, EPS)
+        dx, dw = crd.backward(g, x, w, rstd)
+        orig = cake_jit.program_key_for
+        try:
+            cake_jit.program_key_for = lambda p, h: f"{p}_generic"
+            y2, rstd2 = crd.forward(x, w, EPS)
+            dx2, dw2 = crd.backward(g, x, w, rstd2)
+        finally:
+            cake_jit.program_key_for = orig
+        assert bits_equal(y, y2) and bits_equal(rstd, rstd2) and bits_equal(dx, dx2) and bits_equal(dw, dw2)
+
+
+@pytest.mark.parametrize("family", ref.FAMILIES)
+@pytest.mark.parametrize("hidden", QUALIFIED)
+def test_dw_accuracy_beats_fp32_eager(family, hidden, device):
+    for rows in (4096, 65536):
+        x, g = ref.input_family(family, rows, hidden, device, seed=hidden)
+        w = torch.ones(hidden, device=device, dtype=torch.float32)
+        _, rstd = crd.forward(x, w, EPS)
+        _, dw = crd.backward(g, x, w, rstd)
+        truth = ref.dw_fp64(g, x, rstd)
+        ours = ref.dw_error_ratio(dw, truth)
+        eager = ref.dw_error_ratio(ref.dw_fp32_eager(g, x, rstd), truth)
+        assert ours <= 1e-3, f"{family} H={hidden} T={rows}: ratio {ours}"
+        assert ours < eager or ours == 0.0, f"{family} H={hidden} T={rows}: ours {ours} vs eager {eager}"
+
+
+def test_zero_rows(device):
+    w = torch.ones(512, device=device)
+    x = torch.empty(0, 512, device=device, dtype=torch.bfloat16)
+    y, rstd = crd.forward(x, w, EPS)
+    assert y.shape == (0, 512) and rstd.shape == (0,)
+    dx, dw = crd.backward(x, x, w, rstd)
+    assert dx.shape == (0, 512) and bool((dw == 0).all())
+
+
+def test_nan_inf_propagate_like_fp32(device):
+    x, _, w, g, _ = make(64, 1024, torch.bfloat16, False, device)
+    x[3, 5] = float("nan")
+    x[7, 9] = float("inf")
+    g[11, 13] = float("nan")
+    y, rstd = crd.forward(x, w, EPS)
+    y32, rstd32 = ref.forward_fp32(x, w, EPS)
+    assert torch.equal(torch.isnan(rstd), torch.isnan(rstd32))
+    assert torch.equal(torch.isnan(y.float()), torch.isnan(y32.float()))
+    dx, dw = crd.backward(g, x, w, rstd)
+    dx32, dw32 = ref.backward_fp32(g, x, w, rstd)
+    assert torch.equal(torch.isnan(dw), torch.isnan(dw32))
+    assert torch.equal(torch.isnan(dx.float()), torch.isnan(dx32.float()))
+
+
+@pytest.mark.slow
+def test_huge_tensor_past_2_pow_31(device):
+    rows, hidden = 360000, 6144           # 2.2e9 elements
+    if torch.cuda.get_device_properties(device).total_memory < 40 * 2**30:
+        pytest.skip("needs ~30 GB of GPU memory")
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(rows, hidden, device=device, generator=gen, dtype=torch.bfloat16)
+    g = torch.randn(rows, hidden, device=device, generator=gen, dtype=torch.bfloat16)
+    w = torch.rand(hidden, device=device, generator=gen, dtype=torch.float32) + 0.5
+    y, rstd = crd.forward(x, w, EPS)
+    dx, dw = crd.backward(g, x, w, rstd)
+    idx = torch.tensor([0, 1, 349524, 349525, rows // 2, rows - 2, rows - 1], device=device)
+    xs, gs = x[idx], g[idx]
+    rs64 = ref.rstd_fp64(xs, EPS)
+    assert int(ref.fp32_ulp_distance(rstd[idx], rs64.float()).max()) <= 1
+    assert_close_bf16(y[idx], xs.double() * rstd[idx].double().unsqueeze(-1) * w.double(), "y (huge)")
+    assert_dx_close(dx[idx], gs, xs, w, rstd[idx], what="dx (huge)")
+    truth = torch.zeros(hidden, dtype=torch.float64, device=device)
+    for s in range(0, rows, 20000):
+        truth += ref.dw_fp64(g[s:s + 20000], x[s:s + 20000], rstd[s:s + 20000])
+    assert ref.dw_error_ratio(dw, truth) <= 1e-3

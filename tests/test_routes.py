@@ -1,0 +1,142 @@
+"""Route registry, windows, the dw partition, route inspection and the layout mirror (CPU)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from math import ceil
+from pathlib import Path
+
+import pytest
+
+import cake_rmsnorm_det as crd
+from cake_rmsnorm_det import cake_jit, layout, routes
+from cake_rmsnorm_det.programs import SUPPORTED_ARCHS, include_dir, program_by_key
+
+ROOT = Path(__file__).resolve().parent.parent
+WIDTHS = cake_jit.QUALIFIED_WIDTHS + (8, 24, 264, 1000, 3072, 7168, 8192, 16376, 16384)
+
+
+@pytest.mark.parametrize("arch", sorted(SUPPORTED_ARCHS))
+def test_windows_cover_all_rows_without_gap_or_overlap(arch):
+    for pass_ in cake_jit.PASSES:
+        for h in WIDTHS:
+            for w in cake_jit.WEIGHTS:
+                for res in (False, True):
+                    key = cake_jit.check_key(arch, pass_, h, w, res)
+                    ws = cake_jit.windows(key)
+                    assert ws[0].lo == 0 and ws[-1].hi is None, key
+                    for a, b in zip(ws, ws[1:]):
+                        assert a.hi == b.lo and a.hi is not None and a.lo < a.hi, key
+                    for win in ws:
+                        program_by_key(win.program_key)  # exists in build.json
+                        assert win.evidence
+                    for rows in (1, 2, 3, 7, 64, 4096, 65536, 10**7):
+                        hits = [x for x in ws if x.contains(rows)]
+                        assert len(hits) == 1, (key, rows)
+
+
+def test_qualified_widths_route_to_their_own_programs():
+    for h in cake_jit.QUALIFIED_WIDTHS:
+        r = cake_jit.route("sm_90a", "bwd", h, "bf16", False, 65536)
+        assert r.program.hidden == h and r.window.form == "pair"
+    r = cake_jit.route("sm_90a", "fwd", 7168, "fp32", True, 10)
+    assert r.program.key == "fwd_generic" and r.program.hidden is None
+
+
+def test_small_window_is_exactly_the_one_chunk_partition():
+    for h in WIDTHS:
+        key = cake_jit.check_key("sm_90a", "bwd", h, "bf16", False)
+        for rows in range(1, 3000, 7):
+            r = cake_jit.route("sm_90a", "bwd", h, "bf16", False, rows)
+            assert (r.window.form == "small") == (r.chunks == 1), (h, rows)
+        del key
+
+
+@pytest.mark.parametrize("hidden", WIDTHS)
+def test_dw_partition_covers_rows_exactly(hidden):
+    for rows in list(range(0, 600)) + [1023, 1024, 1025, 4097, 65535, 65536, 65537, 400000, 2**31 // hidden + 5]:
+        cr, n = cake_jit.dw_partition(rows, hidden)
+        if rows == 0:
+            assert n == 0
+            continue
+        assert cr >= 1 and n >= 1
+        assert n * cr >= rows and (n - 1) * cr < rows, (rows, cr, n)
+        assert cake_jit.dw_partition(rows, hidden) == (cr, n)  # a pure function of (rows, H)
+        assert cake_jit.workspace_bytes(rows, hidden) == 256 + n * hidden * 8
+        assert n <= max(cake_jit.CHUNK_TARGET, 1)
+
+
+def test_bad_keys_raise_with_the_rule():
+    with pytest.raises(ValueError, match="sm_90a"):
+        cake_jit.check_key("sm_80", "bwd", 4096, "bf16", False)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        cake_jit.check_key("sm_90a", "bwd", 4100, "bf16", False)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        cake_jit.check_key("sm_90a", "bwd", 16392, "bf16", False)
+    with pytest.raises(ValueError):
+        cake_jit.check_key("sm_90a", "sideways", 4096, "bf16", False)
+
+
+def test_explain_route_returns_a_typed_record():
+    info = crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype="bf16", arch="sm_90a")
+    assert isinstance(info, routes.RouteInfo)
+    assert info.form == "pair" and info.program == program_by_key("bwd_h4096").name
+    assert "dw_reduce_kernel" in info.launch and "264 chunk" in info.launch
+    assert isinstance(info.built, bool)
+    q = crd.explain_route("bwd", hidden=256, tokens=16384, heads=24, weight_dtype="fp32", arch="sm_90a")
+    assert q.rows == 16384 * 24
+    assert "key" in str(info) and "evidence" in str(info)
+
+
+@pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS)
+def test_routes_cli_answers_for_every_qualified_key(hidden, capsys):
+    for pass_ in ("fwd", "bwd"):
+        for w in ("bf16", "fp32"):
+            for res in (False, True):
+                argv = ["--arch", "sm_90a", "--hidden", str(hidden), "--tokens", "4097", "--weight", w,
+                        "--pass", pass_] + (["--residual"] if res else [])
+                assert routes._main(argv) == 0
+                out = capsys.readouterr().out
+                assert f"H={hidden}" in out and "program" in out and "cake_rmsnorm_det_" in out
+
+
+def test_routes_cli_all_table():
+    r = subprocess.run([sys.executable, "-m", "cake_rmsnorm_det.routes", "--arch", "sm_90a", "--all"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("(sm_90a")]
+    n_windows = sum(len(cake_jit.windows(k)) for k in cake_jit.all_keys("sm_90a"))
+    assert len(lines) == n_windows
+
+
+_MIRROR = r"""
+#include <cstdio>
+#include "cake/layout.cuh"
+int main() {
+  const int hs[] = {8, 16, 24, 200, 256, 264, 512, 1000, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192, 16376, 16384};
+  for (int h : hs) {
+    auto b = cake::row_layout(h);
+    auto f = cake::fwd_row_layout(h);
+    std::printf("%d %d %d %d %d %d\n", h, b.threads, b.vpt, f.threads, f.vpt, cake::rows_per_cta(b.threads));
+  }
+}
+"""
+
+
+def test_python_layout_mirrors_the_header(tmp_path):
+    from cake_rmsnorm_det.programs import find_nvcc
+
+    src = tmp_path / "mirror.cu"
+    src.write_text(_MIRROR)
+    exe = tmp_path / "mirror"
+    subprocess.run([str(find_nvcc()), "-std=c++17", f"-I{include_dir()}", str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    for line in out.strip().splitlines():
+        h, bt, bv, ft, fv, rpc = map(int, line.split())
+        assert layout.row_layout(h) == (bt, bv), h
+        assert layout.fwd_row_layout(h) == (ft, fv), h
+        assert layout.rows_per_cta(bt) == rpc, h
+        assert bt * bv * 8 >= h and ft * fv * 8 >= h and bt % 32 == 0 and ft % 32 == 0
+        assert bv <= 2 and fv <= 4
