@@ -146,11 +146,11 @@ def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cake_rmsnorm_det.demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=257)
+    ap.add_argument("--seq", type=int, default=513)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         return cpu_demo(a)

@@ -194,22 +194,25 @@ def test_truncated_library_is_detected_and_rebuilt(tmp_path):
     assert tvm_ffi.load_module(str(lib)).forward is not None
 
 
-def _hold_lock_forever(path: str) -> None:
+def _hold_lock_forever(path: str, ready) -> None:
     from filelock import FileLock
 
     FileLock(path).acquire()
+    ready.set()
     time.sleep(3600)
 
 
 def test_a_killed_build_leaves_a_lock_the_next_process_recovers(tmp_path):
     p = P.program_by_key("fwd_h256")
     ctx = mp.get_context("spawn")
-    holder = ctx.Process(target=_hold_lock_forever, args=(str(tmp_path / f"{p.name}.lock"),))
+    ready = ctx.Event()
+    lock = tmp_path / f"{p.name}.lock"
+    holder = ctx.Process(target=_hold_lock_forever, args=(str(lock), ready))
     holder.start()
-    time.sleep(3)
-    os.kill(holder.pid, signal.SIGKILL)     # dies holding the lock, the lock file stays
+    assert ready.wait(120), "the lock holder never took the lock"
+    os.kill(holder.pid, signal.SIGKILL)     # dies holding the lock; the lock file stays behind
     holder.join()
-    assert (tmp_path / f"{p.name}.lock").exists()
+    assert lock.exists()
     t0 = time.time()
     lib = P.build_program(p, "sm_90a", tmp_path)
     assert P._library_ok(lib) and time.time() - t0 < 300
