@@ -27,7 +27,7 @@ SMALL_ROWS_BUDGET = 4096
 
 def small_rows(hidden: int) -> int:
     """Rows that form a single dw chunk (the small form's window)."""
-    return max(1, SMALL_ROWS_BUDGET // hidden)
+    return max(MIN_CHUNK_ROWS, SMALL_ROWS_BUDGET // hidden)
 
 
 CHUNK_TARGET = 264      # about one chunk per resident CTA on a 132-SM H200 (two 512-thread CTAs/SM)
@@ -125,9 +125,7 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
     hit = cw.MEASURED_SINGLE_PAIR_EDGES.get((arch, hidden))
     if hit is not None:
         return hit
-    max_chunks = cw.SINGLE_FORM_PARTIALS // hidden
-    if max_chunks >= CHUNK_TARGET:
-        return None, cw.rule_evidence(arch)
+    max_chunks = cw.SINGLE_FORM_ROUND_TRIPS // ceil(hidden / 512)
     # below CHUNK_TARGET * MIN_CHUNK_ROWS rows, chunks = ceil(rows / MIN_CHUNK_ROWS)
     return max(small_rows(hidden), max_chunks * MIN_CHUNK_ROWS), cw.rule_evidence(arch)
 

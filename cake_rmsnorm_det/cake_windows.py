@@ -38,11 +38,16 @@ def unmeasured(note: str) -> Evidence:
     return Evidence(measured=False, note=note)
 
 
-# The single/pair edge: the single form's last CTA sweeps chunks x H FP64 partials alone, the
-# pair form's reduce kernel spreads them over H/32 CTAs. Until measured, the edge sits where the
-# partials reach 256 KiB (read from L2 by one SM); cake_jit derives the row count from the
-# dw partition. Measured edges, when they exist, go in MEASURED_SINGLE_PAIR_EDGES.
-SINGLE_FORM_PARTIALS = 32768
+# The single/pair edge: the single form's last CTA sweeps the chunks x H FP64 partials alone,
+# 512 columns at a time, paying one L2 round trip per chunk (the compensated sums run in chunk
+# order); the pair form's reduce kernel spreads the same sums over H/32 CTAs. So the single form
+# only pays while chunks x ceil(H/512) round trips stay few: SINGLE_FORM_ROUND_TRIPS. cake_jit
+# derives the row count from the dw partition. Measured edges go in MEASURED_SINGLE_PAIR_EDGES.
+#
+# What the rule rests on (H200, 132 SMs, 2026-12-02, bench --quick, two runs of one build
+# family): [256 rows, H 256] backward, 64 chunks of 4 rows (64 round trips), took 22.8 us in the
+# single form and 6.8 us in the pair form (bwd_h256). The edge rows themselves are not measured.
+SINGLE_FORM_ROUND_TRIPS = 8
 
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -53,5 +58,6 @@ MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
 
 def rule_evidence(arch: str) -> Evidence:
     if arch == "sm_90a":
-        return unmeasured("byte rule: single while chunks*H <= 32768 FP64 partials (256 KiB)")
+        return unmeasured("latency rule: single while chunks*ceil(H/512) <= 8 L2 round trips in the last "
+                          "CTA; single lost 22.8 us vs 6.8 us (pair) at 64 round trips")
     return unmeasured("Blackwell build: compiled, never measured; the sm_90a byte rule")

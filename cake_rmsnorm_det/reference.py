@@ -28,34 +28,31 @@ def forward_fp32(x: torch.Tensor, w: torch.Tensor, eps: float,
     return (y, h, rstd) if h is not None else (y, rstd)
 
 
-def backward_fp32(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
-                  g_residual: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The FP32 formula for (dx in BF16, dw in FP32) at the given rstd."""
-    gf, xf, wf = g.float(), x.float(), w.float()
-    r = rstd.float().unsqueeze(-1)
+def _backward(g, x, w, rstd, g_residual, dtype):
+    gf, xf, wf = g.to(dtype), x.to(dtype), w.to(dtype)
+    r = rstd.to(dtype).unsqueeze(-1)
     xhat = xf * r
     gw = gf * wf
     c = (gw * xhat).mean(-1, keepdim=True)
     dx = r * (gw - xhat * c)
     if g_residual is not None:
-        dx = dx + g_residual.float()
+        dx = dx + g_residual.to(dtype)
     dw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0)
+    return dx, dw
+
+
+def backward_fp32(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
+                  g_residual: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP32 formula for (dx in BF16, dw in FP32) at the given rstd."""
+    dx, dw = _backward(g, x, w, rstd, g_residual, torch.float32)
     return dx.to(torch.bfloat16), dw
 
 
 def backward_fp64(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
                   g_residual: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dw) in FP64 at the given (FP32) rstd: the truth for accuracy."""
-    gd, xd, wd = g.double(), x.double(), w.double()
-    r = rstd.double().unsqueeze(-1)
-    xhat = xd * r
-    gw = gd * wd
-    c = (gw * xhat).mean(-1, keepdim=True)
-    dx = r * (gw - xhat * c)
-    if g_residual is not None:
-        dx = dx + g_residual.double()
-    dw = (gd * xd * r).reshape(-1, x.shape[-1]).sum(0)
-    return dx, dw
+    """(dx, dw) in FP64 at the given (FP32) rstd: the truth for accuracy. dw sums the exact
+    products g*x*rstd (xhat = x*rstd is exact in FP64)."""
+    return _backward(g, x, w, rstd, g_residual, torch.float64)
 
 
 def dw_fp64(g: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:

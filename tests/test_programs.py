@@ -144,8 +144,12 @@ def test_aot_builds_every_program_for_sm90a_and_each_loads(aot_dir):
         assert fn is not None, f"{p.key}: entry point {p.entry} missing"
 
 
-def test_aot_builds_blackwell_too(tmp_path):
-    res = aot.build_all(["sm_100a"], tmp_path, jobs=2, only=["bwd_h4096", "fwd_h4096"])
+def test_aot_builds_every_program_for_sm100a_and_two_for_sm103a(tmp_path):
+    """Blackwell builds compile from the same sources (they are never run here)."""
+    res = aot.build_all(["sm_100a"], tmp_path, jobs=2)
+    assert len(res) == sum("sm_100a" in p.archs for p in P.programs())
+    assert all(not r[3].startswith("FAILED") for r in res), [r for r in res if r[3].startswith("FAILED")]
+    res = aot.build_all(["sm_103a"], tmp_path, jobs=2, only=["bwd_h4096", "fwd_h4096"])
     assert len(res) == 2 and all(not r[3].startswith("FAILED") for r in res), res
 
 
@@ -164,16 +168,16 @@ def _build_in_child(out: str, key: str, q) -> None:
         q.put(f"ERROR {e}")
 
 
-def test_two_processes_building_at_once_build_once(tmp_path):
+def test_processes_building_at_once_build_once(tmp_path):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_build_in_child, args=(str(tmp_path), "fwd_h512", q)) for _ in range(2)]
+    procs = [ctx.Process(target=_build_in_child, args=(str(tmp_path), "fwd_h512", q)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(300)
     got = [q.get(timeout=5) for _ in procs]
-    assert got[0] == got[1] and not got[0].startswith("ERROR"), got
+    assert len(set(got)) == 1 and not got[0].startswith("ERROR"), got
     assert len((tmp_path / "build.log").read_text().splitlines()) == 1, "built twice"
     import tvm_ffi
 
