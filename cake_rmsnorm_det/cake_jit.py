@@ -109,7 +109,7 @@ def windows(key: RouteKey) -> list[Window]:
     small = small_rows(key.hidden)
     edge, ev = single_pair_edge(key.arch, key.hidden)
     out = [Window(0, small, prog, "small",
-                  f"partition rule: rows <= {SMALL_ROWS_BUDGET}//H = {small} are one dw chunk")]
+                  f"partition rule: rows <= max({MIN_CHUNK_ROWS}, {SMALL_ROWS_BUDGET}//H) = {small} are one dw chunk")]
     if edge is None:
         out.append(Window(small, INF, prog, "single", "open edge: " + ev.line()))
     elif edge > small:
