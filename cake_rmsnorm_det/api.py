@@ -209,10 +209,11 @@ def _default_workspace(nbytes: int, device: torch.device) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # Entry points
 
-def _module(pass_: str, hidden: int, weight: str, residual: bool, rows: int, device: torch.device):
+def _route(pass_: str, hidden: int, weight: str, residual: bool, rows: int,
+           device: torch.device) -> tuple[cake_jit.Route, str]:
+    """The route of a call (no build, no load: that waits until a launch needs the program)."""
     arch = current_arch(device)
-    r = cake_jit.route(arch, pass_, hidden, weight, residual, rows)
-    return r, load_program(r.program, arch)
+    return cake_jit.route(arch, pass_, hidden, weight, residual, rows), arch
 
 
 def _call(fn, program_name: str, *args):
@@ -273,7 +274,8 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     xs = _split(xv, d1)
     rs = _split(rv, d1)
     w = weight if weight.is_contiguous() and weight.data_ptr() % 16 == 0 else weight.contiguous()
-    r, mod = _module("fwd", hidden, wkind, residual is not None, rows, x.device)
+    r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
+    mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None, _knobs.max_ctas,
@@ -332,7 +334,8 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     _check_out(dx, "dx", tuple(x.shape), torch.bfloat16, x.device, ins)
     _check_out(dw, "dw", (hidden,), torch.float32, x.device, ins)
     rows = x.numel() // hidden
-    need = cake_jit.workspace_bytes(rows, hidden)
+    r, arch = _route("bwd", hidden, wkind, grad_residual is not None, rows, x.device)
+    need = cake_jit.workspace_bytes_for(r.chunks, hidden)  # the partition the route already made
     if workspace is not None:
         if not isinstance(workspace, torch.Tensor) or workspace.dtype != torch.uint8:
             raise TypeError("workspace must be a uint8 tensor from cake_rmsnorm_det.workspace()")
@@ -358,13 +361,13 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     gv, xv, rv = views
     gs, xs, rs = _split(gv, d1), _split(xv, d1), _split(rv, d1)
     w = weight if weight.is_contiguous() and weight.data_ptr() % 16 == 0 else weight.contiguous()
-    r, mod = _module("bwd", hidden, wkind, grad_residual is not None, rows, x.device)
     form = r.window.form
     if _knobs.form is not None:
         form = _knobs.form
         if form == "small" and r.chunks != 1:
             raise ValueError(f"the small form needs a one-chunk partition; {rows} rows of H = {hidden} have {r.chunks}")
     ws = workspace if workspace is not None else _default_workspace(need, x.device)
+    mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.backward, r.program.name, gv.t, xv.t, w, rstd_c, rv.t, dx_t, dw_t, ws, rows, hidden,
               d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks,

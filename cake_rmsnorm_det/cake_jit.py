@@ -16,7 +16,6 @@ from .programs import SUPPORTED_ARCHS, Program, program_by_key
 PASSES = ("fwd", "bwd")
 WEIGHTS = ("bf16", "fp32")
 QUALIFIED_WIDTHS = cw.QUALIFIED_WIDTHS
-SPEC_ARCHS = cw.SPEC_ARCHS
 MAX_HIDDEN = 16384
 INF = None  # an open upper edge
 
@@ -51,10 +50,14 @@ def dw_partition(rows: int, hidden: int) -> tuple[int, int]:
 WORKSPACE_HEADER = 256  # bytes: the single form's arrival ticket (kept at zero between calls)
 
 
+def workspace_bytes_for(chunks: int, hidden: int) -> int:
+    """Bytes of backward workspace for a partition of `chunks` chunks of width `hidden`."""
+    return WORKSPACE_HEADER + chunks * hidden * 8
+
+
 def workspace_bytes(rows: int, hidden: int) -> int:
     """Bytes of backward workspace for `rows` rows of width `hidden`."""
-    _, chunks = dw_partition(rows, hidden)
-    return WORKSPACE_HEADER + chunks * hidden * 8
+    return workspace_bytes_for(dw_partition(rows, hidden)[1], hidden)
 
 
 @dataclass(frozen=True)

@@ -146,13 +146,6 @@ def program_by_key(key: str) -> Program:
     raise KeyError(f"no program with key {key!r} in {build_json_path()}")
 
 
-def program_by_name(name: str) -> Program:
-    for p in programs():
-        if p.name == name:
-            return p
-    raise KeyError(f"no program named {name!r} in {build_json_path()}")
-
-
 def _write_build_json(progs: list[Program]) -> None:
     progs = sorted(progs, key=lambda p: p.key)
     text = json.dumps({"schema": 1, "programs": [p.record() for p in progs]}, indent=2) + "\n"
