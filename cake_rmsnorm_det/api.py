@@ -115,6 +115,14 @@ def _same_device(t: torch.Tensor, device: torch.device, name: str) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {device}; put them on one device")
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t itself when contiguous and 16-byte aligned, else a fresh contiguous copy (a fresh
+    allocation is aligned; ``.contiguous()`` alone returns a misaligned contiguous tensor as is)."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+
+
 def _rows_view(t: torch.Tensor) -> _Rows:
     """Collapse leading dims to at most (d0, d1) with strides (s0, s1) when that reads the rows in
     place with 16-byte accesses; otherwise materialize a contiguous copy once."""
@@ -129,7 +137,7 @@ def _rows_view(t: torch.Tensor) -> _Rows:
     ok = (t.data_ptr() % 16 == 0 and len(merged) <= 2 and all(s % 8 == 0 and s >= hidden for _, s in merged)
           and t.stride(-1) == 1)
     if not ok:
-        t = t.contiguous()
+        t = _aligned(t)
         return _Rows(t, 1, hidden, hidden)
     if not merged:
         return _Rows(t, 1, hidden, hidden)
@@ -268,12 +276,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     xv = _rows_view(x)
     rv = _rows_view(residual) if residual is not None else xv
     if residual is not None and (rv.d1 != xv.d1 and rv.d1 != 1 and xv.d1 != 1):
-        rv = _rows_view(residual.contiguous())
+        rv = _rows_view(_aligned(residual))
     # both views address rows the same way: (row // d1, row % d1); re-express a 1-level view
     d1 = max(xv.d1, rv.d1)
     xs = _split(xv, d1)
     rs = _split(rv, d1)
-    w = weight if weight.is_contiguous() and weight.data_ptr() % 16 == 0 else weight.contiguous()
+    w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
@@ -357,10 +365,10 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     views = [gv, xv, rv]
     for i, v in enumerate(views):  # two different two-level layouts: materialize the odd one
         if v.d1 not in (1, d1):
-            views[i] = _rows_view(v.t.contiguous())
+            views[i] = _rows_view(_aligned(v.t))
     gv, xv, rv = views
     gs, xs, rs = _split(gv, d1), _split(xv, d1), _split(rv, d1)
-    w = weight if weight.is_contiguous() and weight.data_ptr() % 16 == 0 else weight.contiguous()
+    w = _aligned(weight)
     form = r.window.form
     if _knobs.form is not None:
         form = _knobs.form

@@ -64,6 +64,11 @@ def test_rows_view_reads_strided_views_in_place():
     assert v.t is not off and v.t.is_contiguous() and torch.equal(v.t, off)
     odd = torch.zeros(8, 260, dtype=torch.bfloat16)[:, :256]          # row stride not a multiple of 8
     assert api._rows_view(odd).t is not odd
+    flat = torch.arange(8 * 256 + 1, dtype=torch.float32).to(torch.bfloat16)
+    shifted = flat[1:].view(8, 256)                                     # contiguous, misaligned
+    assert shifted.is_contiguous() and shifted.data_ptr() % 16
+    v = api._rows_view(shifted)
+    assert v.t.data_ptr() % 16 == 0 and torch.equal(v.t, shifted)
 
 
 def test_knobs_restore_and_check():

@@ -93,6 +93,17 @@ def test_misaligned_views_are_materialized(device):
     y3, _ = crd.forward(odd, w, EPS)
     y4, _ = crd.forward(odd.contiguous(), w, EPS)
     assert bits_equal(y3, y4)
+    # contiguous but one element off 16 bytes: .contiguous() would hand back the same pointer
+    flat = torch.randn(64 * 1024 + 1, device=device).to(torch.bfloat16)
+    xc = flat[1:].view(64, 1024)
+    assert xc.is_contiguous() and xc.data_ptr() % 16
+    y5, rstd5 = crd.forward(xc, w, EPS)
+    g = torch.randn(64 * 1024 + 1, device=device).to(torch.bfloat16)[1:].view(64, 1024)
+    dx5, dw5 = crd.backward(g, xc, w, rstd5)
+    dx6, dw6 = crd.backward(g.clone(), xc.clone(), w, rstd5)
+    torch.cuda.synchronize()
+    assert bits_equal(y5, crd.forward(xc.clone(), w, EPS)[0])
+    assert bits_equal(dx5, dx6) and bits_equal(dw5, dw6)
 
 
 @pytest.mark.parametrize("hidden", [256, 4096, 6144])

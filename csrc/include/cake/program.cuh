@@ -8,21 +8,40 @@ namespace cake {
 struct ForwardArgs;
 struct BackwardArgs;
 
-// CTAs of `kernel` that fit on the whole device at once (occupancy x SM count), cached per kernel
-// and block size for the current device. Grids never exceed it, so no CTA waits for a slot.
-inline int64_t resident_ctas(const void* kernel, int threads, size_t smem = 0) {
-  struct Entry { const void* k; int threads; int device; int64_t n; };
-  static thread_local Entry cache[16] = {};
+// The CTA's dynamic shared memory (the row ring, then any per-kernel arrays), one declaration
+// for every kernel template.
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char cake_dynamic_smem[];
+  return cake_dynamic_smem;
+}
+
+// CTAs of `kernel` that fit on the whole device at once (occupancy x SM count) with `smem` bytes
+// of dynamic shared memory, cached per kernel, block size, smem and device. Grids never exceed
+// it, so no CTA waits for a slot. On a cache miss it first opts the kernel into dynamic shared
+// memory past the default 48 KB (which static shared data counts against too): the occupancy
+// query and the launch both need that, and later launches find it in place. Returns 0 when the
+// opt-in fails (*err says why).
+inline int64_t resident_ctas(const void* kernel, int threads, size_t smem, cudaError_t* err) {
+  struct Entry { const void* k; int threads; size_t smem; int device; int64_t n; };
+  static thread_local Entry cache[32] = {};
+  *err = cudaSuccess;
   int device = 0;
   cudaGetDevice(&device);
   for (auto& e : cache)
-    if (e.k == kernel && e.threads == threads && e.device == device) return e.n;
+    if (e.k == kernel && e.threads == threads && e.smem == smem && e.device == device) return e.n;
+  if (smem > 44 * 1024) {  // only ever raised: an earlier, larger opt-in stays valid
+    cudaFuncAttributes fa;
+    *err = cudaFuncGetAttributes(&fa, kernel);
+    if (*err == cudaSuccess && size_t(fa.maxDynamicSharedSizeBytes) < smem)
+      *err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (*err != cudaSuccess) return 0;
+  }
   int sms = 0, per_sm = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   const int64_t n = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
   for (auto& e : cache)
-    if (e.k == nullptr) { e = Entry{kernel, threads, device, n}; break; }
+    if (e.k == nullptr) { e = Entry{kernel, threads, smem, device, n}; break; }
   return n;
 }
 
