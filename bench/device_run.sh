@@ -25,7 +25,7 @@ fi
 /usr/bin/time -f "aot: %e s wall" python3 -m cake_rmsnorm_det.aot --arch sm_90a --out /tmp/aot -j 16 2>&1 | tail -2 | tee "$LOG/aot.txt"
 export CAKE_RMSNORM_DET_AOT_DIR=/tmp/aot
 if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
-if has ring; then python3 bench/ring_depth.py --build /tmp/ring_build --out "$LOG/ring" -j 16 2>&1 | tee "$LOG/ring.txt" | tail -48; fi
+if has ring; then python3 bench/ring_depth.py --caps ${RING_CAPS:-1,4,6} --build /tmp/ring_build --out "$LOG/ring" -j 16 2>&1 | tee "$LOG/ring.txt" | tail -48; fi
 if has kernels; then  # the kernel tests alone (a subset of `tests`)
   python3 -m pytest tests/test_gpu_kernels.py -q -x -rfE -p no:cacheprovider --durations=8 2>&1 | tee "$LOG/pytest_kernels.log" | tail -15
 fi
