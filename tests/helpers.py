@@ -11,12 +11,17 @@ QUALIFIED = (256, 512, 1536, 2048, 4096, 5120, 6144)
 
 
 def make(rows: int, hidden: int, wdtype: torch.dtype, residual: bool, device, seed: int = 0):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(rows, hidden, generator=gen).to(torch.bfloat16).to(device)
-    r = torch.randn(rows, hidden, generator=gen).to(torch.bfloat16).to(device) if residual else None
-    w = (1.0 + 0.5 * torch.randn(hidden, generator=gen)).to(wdtype).to(device)
-    g = torch.randn(rows, hidden, generator=gen).to(torch.bfloat16).to(device)
-    gr = torch.randn(rows, hidden, generator=gen).to(torch.bfloat16).to(device) if residual else None
+    # drawn on the device (seeded, so reproducible): CPU draws of 65537 x 6144 rows dominate runtime
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=gen, device=device)
+
+    x = draw(rows, hidden).to(torch.bfloat16)
+    r = draw(rows, hidden).to(torch.bfloat16) if residual else None
+    w = (1.0 + 0.5 * draw(hidden)).to(wdtype)
+    g = draw(rows, hidden).to(torch.bfloat16)
+    gr = draw(rows, hidden).to(torch.bfloat16) if residual else None
     return x, r, w, g, gr
 
 
