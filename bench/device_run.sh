@@ -9,6 +9,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD TVM_FFI_CUDA_ARCH_LIST=9.0a CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1
 export CAKE_RMSNORM_DET_CACHE=/tmp/cake_cache
 ARGS=" $* "
+T0=$SECONDS
+# With DEADLINE=N (seconds from the start), the benchmark is stopped in time for the logs to come back.
+left() { if [[ -n $DEADLINE ]]; then echo $(( DEADLINE - (SECONDS - T0) > 20 ? DEADLINE - (SECONDS - T0) : 20 )); else echo 0; fi; }
 has() { [[ $ARGS == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$LOG/gpu.txt"
 if has jit; then  # JIT from an empty cache, then a second process that loads from the cache
@@ -36,13 +39,13 @@ if has sanitize; then bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | t
 if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/accuracy.err"; tail -3 "$LOG/accuracy.md"; fi
 if has bench; then
   Q=""; has quick && Q="--quick"
-  python3 -m cake_rmsnorm_det.bench $Q --out "$LOG/bench" > "$LOG/bench.log" 2>&1
+  timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q --out "$LOG/bench" > "$LOG/bench.log" 2>&1
   tail -3 "$LOG/bench.log"
-  python3 - "$LOG/bench/results.json" <<'PY'
+  python3 - "$LOG/bench/results.jsonl" <<'PY'
 import json, sys
-d = json.load(open(sys.argv[1]))
+rows = [json.loads(l) for l in open(sys.argv[1])]
 print("pass shape                     w    res  cake_us  TB/s  best_baseline  x")
-for r in d["rows"]:
+for r in rows:
     if r["weight"] == "bf16" and not r["residual"]:
         print(f"{r['pass']} {r['shape'][:26]:26s} {r['weight']} {int(r['residual'])} {r['us'].get('cake')} {r['TBps']} {r['best_baseline']} {r['speedup_vs_best']}")
 PY
