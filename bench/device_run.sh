@@ -35,7 +35,6 @@ fi
 if has tests; then
   python3 -m pytest tests -q -rfE -p no:cacheprovider --durations=12 --timeout=900 2>&1 | tee "$LOG/pytest_gpu.log" | tail -30
 fi
-if has sanitize; then bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi
 if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/accuracy.err"; tail -3 "$LOG/accuracy.md"; fi
 if has bench; then
   Q=""; has quick && Q="--quick"
@@ -50,3 +49,4 @@ for r in rows:
         print(f"{r['pass']} {r['shape'][:26]:26s} {r['weight']} {int(r['residual'])} {r['us'].get('cake')} {r['TBps']} {r['best_baseline']} {r['speedup_vs_best']}")
 PY
 fi
+if has sanitize; then timeout "$(left)" bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi
