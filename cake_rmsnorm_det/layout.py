@@ -44,45 +44,14 @@ def rows_per_cta(row_threads: int) -> int:
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
 
-MAX_RING_STAGES = 4
-SMEM_PER_SM = 228 * 1024
-SMEM_RESERVE_PER_CTA = 2048
-
-
-def _ring_stages(ctas_per_sm: int, cta_threads: int, slot_bytes: int, other_smem: int) -> int:
-    room = SMEM_PER_SM // ctas_per_sm - SMEM_RESERVE_PER_CTA - other_smem
-    return max(1, min(MAX_RING_STAGES, room // (cta_threads * slot_bytes)))
-
-
-def ring_stages(pass_: str, hidden: int, residual: bool, specialised: bool = True) -> int:
-    """Slots of the CTA's row ring (rows in flight + 1) for a program of `pass_` at `hidden`."""
-    if not specialised:
-        return 2
-    n = (3 if residual else 2) if pass_ == "bwd" else (2 if residual else 1)
-    if pass_ == "bwd":
-        threads, vpt = row_layout(hidden)
-        rpc = rows_per_cta(threads)
-        cta = rpc * threads
-        per_sm = 1 if cta >= 1024 else 1024 // cta
-        return _ring_stages(per_sm, cta, n * vpt * 16 + 4, (rpc - 1) * hidden * 8)
-    threads, vpt = fwd_row_layout(hidden)
-    cta = rows_per_cta(threads) * threads
-    two = _ring_stages(2, cta, n * vpt * 16, 0)
-    return two if two >= 2 else _ring_stages(1, cta, n * vpt * 16, 0)
-
-
-def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
-                  residual: bool = False, specialised: bool = True) -> str:
+def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
-    stages = ring_stages(pass_, hidden, residual, specialised)
-    cta = (f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16; "
-           f"row ring of {stages} slot(s)")
+    cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
     if pass_ == "fwd":
-        grid = f"min(ceil(rows/{rpc}), resident CTAs)" if stages > 1 else f"ceil(rows/{rpc})"
-        return f"forward_kernel: {cta}; grid {grid}"
+        return f"forward_kernel: {cta}; grid ceil(rows/{rpc})"
     part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
     if form == "small":
         return f"backward_kernel x1 CTA: {cta}; {part}; dw written from registers"

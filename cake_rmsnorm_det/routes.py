@@ -63,8 +63,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
     return RouteInfo(
         key=str(r.key), rows=rows, window=r.window.text(), program=r.program.name,
         program_key=r.program.key, form=r.window.form,
-        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, residual,
-                             specialised=r.program.hidden is not None),
+        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks),
         evidence=r.window.evidence, built=find_built(r.program, arch) is not None)
 
 

@@ -15,22 +15,18 @@
 namespace cake {
 
 // A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H)).
-// Within a chunk its RPC row groups walk the rows through the row ring (S - 1 rows in flight),
-// each thread accumulating g*x*rstd for its fixed columns in FP64 registers; the groups are
-// combined in group order and the chunk's partial row is written (or, in the small form, dw).
+// Within a chunk its RPC row groups walk the rows, each thread accumulating g*x*rstd for its
+// fixed columns in FP64 registers; the groups are combined in group order and the chunk's
+// partial row is written (or, in the small form, dw itself).
 template <int HC, typename WT, bool RES>
 __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
   const Geom G = Geom::make<HC>(a.hidden);
   constexpr int VMAX = Geom::vmax<HC>();
   constexpr int N = RES ? 3 : 2;
-  constexpr int S = bwd_ring_stages<HC, N>();
-  using Ring = RowRing<VMAX, N, S, true>;
   const WT* wp = static_cast<const WT*>(a.w);
   __shared__ float slots[2][kMaxCtaThreads / 32];
-  const Ring ring(dynamic_smem(), G.vpt, blockDim.x);
-  // [(rpc - 1) * hidden] after the ring: the dw partials of row groups 1.. of the CTA
-  double* group_acc = reinterpret_cast<double*>(dynamic_smem() + Ring::bytes(blockDim.x, G.vpt));
+  extern __shared__ double group_acc[];  // [(rpc - 1) * hidden]: row groups 1.. of the CTA
 
   const __nv_bfloat16* src[N];
   RowView views[N];
@@ -44,11 +40,6 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_kernel(const Backw
   }
   float w[Geom::wregs<HC>()][kVec];
   G.template load_weights<HC>(wp, w);
-  if constexpr (!Geom::weights_in_registers<HC>()) {
-#pragma unroll
-    for (int k = 0; k < VMAX; ++k)
-      if (G.owns(k)) prefetch_weight8(wp, G.col(k));
-  }
 
   int parity = 0;
   for (int64_t chunk = blockIdx.x; chunk < a.chunks; chunk += gridDim.x) {
@@ -61,19 +52,16 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_kernel(const Backw
     const int64_t r0 = chunk * a.chunk_rows;
     const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
     int64_t row = r0 + G.group;
-#pragma unroll
-    for (int j = 0; j < S - 1; ++j)
-      ring.fill(j, G, src, views, a.rstd, row + j * G.rpc, row + j * G.rpc < r1);
-    int stage = 0;
+    RowData<VMAX, N> next;
+    next.load(G, src, views, row, row < r1);
+    float rnext = row < r1 ? a.rstd[row] : 0.f;
     // The loop count is the same for every thread of the CTA (barriers inside the reduction).
     for (int64_t base = r0; base < r1; base += G.rpc, row += G.rpc) {
-      const int64_t ahead = row + (S - 1) * G.rpc;
-      ring.fill(stage == 0 ? S - 1 : stage - 1, G, src, views, a.rstd, ahead, ahead < r1);
       const bool live = row < r1;
-      RowData<VMAX, N> cur;
-      float r = 0.f;
-      if (live) ring.take(stage, G, cur, r);
-      stage = stage + 1 == S ? 0 : stage + 1;
+      const RowData<VMAX, N> cur = next;
+      const float r = rnext;
+      next.load(G, src, views, row + G.rpc, row + G.rpc < r1);
+      rnext = row + G.rpc < r1 ? a.rstd[row + G.rpc] : 0.f;
 
       float dot = 0.f;  // this thread's part of sum_j g*w*x, in the canonical order
 #pragma unroll
@@ -175,9 +163,7 @@ cudaError_t launch_backward_variant(const BackwardArgs& a) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
-  constexpr int N = RES ? 3 : 2;
-  using Ring = RowRing<RowGeom<false>::vmax<HC>(), N, bwd_ring_stages<HC, N>(), true>;
-  const size_t smem = Ring::bytes(threads, L.vpt) + size_t(rpc - 1) * size_t(a.hidden) * sizeof(double);
+  const size_t smem = size_t(rpc - 1) * size_t(a.hidden) * sizeof(double);
   auto kernel = backward_kernel<HC, WT, RES>;
   cudaError_t e = cudaSuccess;
   const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, &e);

@@ -14,16 +14,14 @@
 namespace cake {
 
 // HC: compile-time width (0 = read from args). A CTA holds RPC rows side by side, each thread
-// up to four 16-byte slices of its row. With a ring of S >= 2 slots the grid is the resident
-// CTAs and each walks row groups grid-stride with S - 1 groups in flight; with one slot the grid
-// covers the rows once (CTAs retire and the hardware backfills). A CTA cap makes either stride.
+// up to four 16-byte slices of its row, all loaded before the first use. The grid covers the
+// rows once (CTAs retire and the hardware backfills); with a CTA cap it strides.
 template <int HC, typename WT, bool RES>
 __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs a) {
   using Geom = RowGeom<true>;
   const Geom G = Geom::make<HC>(a.hidden);
   constexpr int VMAX = Geom::vmax<HC>();
   constexpr int N = RES ? 2 : 1;
-  constexpr int S = fwd_ring_stages<HC, N>();
   const WT* wp = static_cast<const WT*>(a.w);
   __shared__ double slots[2][kCtaThreads / 32];
   const __nv_bfloat16* src[N];
@@ -35,27 +33,15 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
     views[N - 1] = a.rv;
   }
   float no_weight_regs[1][kVec];  // forward reads weights from L1
-#pragma unroll
-  for (int k = 0; k < VMAX; ++k)  // ... asked for now, so a short call does not wait for them later
-    if (G.owns(k)) prefetch_weight8(wp, G.col(k));
-  const RowRing<VMAX, N, S, false> ring(dynamic_smem(), G.vpt, blockDim.x);
 
   int parity = 0;
   const int64_t stride = int64_t(gridDim.x) * G.rpc;
-  int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
-#pragma unroll
-  for (int j = 0; j < S - 1; ++j)
-    ring.fill(j, G, src, views, nullptr, row + j * stride, row + j * stride < a.rows);
-  int stage = 0;
   // The loop count is the same for every thread of the CTA (barriers inside the reduction).
-  for (int64_t base = int64_t(blockIdx.x) * G.rpc; base < a.rows; base += stride, row += stride) {
-    const int64_t ahead = row + (S - 1) * stride;
-    ring.fill(stage == 0 ? S - 1 : stage - 1, G, src, views, nullptr, ahead, ahead < a.rows);
+  for (int64_t base = int64_t(blockIdx.x) * G.rpc; base < a.rows; base += stride) {
+    const int64_t row = base + G.group;
     const bool live = row < a.rows;
     RowData<VMAX, N> cur;
-    float unused;
-    if (live) ring.take(stage, G, cur, unused);
-    stage = stage + 1 == S ? 0 : stage + 1;
+    cur.load(G, src, views, row, live);
     double ss = 0.0;
 #pragma unroll
     for (int k = 0; k < VMAX; ++k) {
@@ -99,20 +85,12 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
-  constexpr int N = RES ? 2 : 1;
-  constexpr int S = fwd_ring_stages<HC, N>();
-  constexpr int VMAX = RowGeom<true>::vmax<HC>();
-  const size_t smem = RowRing<VMAX, N, S, false>::bytes(threads, L.vpt);
   auto kernel = forward_kernel<HC, WT, RES>;
-  cudaError_t e = cudaSuccess;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, &e);
-  if (e != cudaSuccess) return e;
   int64_t blocks = (a.rows + rpc - 1) / rpc;
-  if (S > 1 && blocks > resident) blocks = resident;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   if (blocks < 1) return cudaSuccess;
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), threads, 0, a.stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -60,46 +60,6 @@ __host__ __device__ constexpr int rows_per_cta(int row_threads) {
   return row_threads >= kCtaThreads ? 1 : kCtaThreads / row_threads;
 }
 
-// Depth of a CTA's row ring (rows.cuh): as many slots as shared memory holds beside the CTA's
-// other shared data at `ctas_per_sm` CTAs per SM, at most kMaxRingStages (three rows in flight
-// cover the H200's memory latency at these occupancies), at least one.
-#ifndef CAKE_MAX_RING_STAGES  // a tuning experiment may build with another cap
-#define CAKE_MAX_RING_STAGES 4
-#endif
-constexpr int kMaxRingStages = CAKE_MAX_RING_STAGES;
-constexpr int kSmemPerSm = 228 * 1024;      // sm_90a and sm_100a
-constexpr int kSmemReservePerCta = 2048;    // the hardware's 1 KB per CTA + static shared data
-
-__host__ __device__ constexpr int ring_stages(int ctas_per_sm, int cta_threads, int slot_bytes,
-                                              int other_smem) {
-  const int room = kSmemPerSm / ctas_per_sm - kSmemReservePerCta - other_smem;
-  const int s = room / (cta_threads * slot_bytes);
-  return s < 1 ? 1 : (s > kMaxRingStages ? kMaxRingStages : s);
-}
-
-// Backward: 64-register threads (its launch bounds) fit 1024 per SM; slots carry N inputs and
-// the row's rstd; row groups 1.. of a CTA keep FP64 dw partials in shared memory. Generic
-// programs (HC = 0) use two slots, which fit every width.
-template <int HC, int N>
-__host__ __device__ constexpr int bwd_ring_stages() {
-  if (HC == 0) return 2;
-  const RowLayout L = row_layout(HC);
-  const int rpc = rows_per_cta(L.threads);
-  const int cta = rpc * L.threads;
-  const int per_sm = cta >= 1024 ? 1 : 1024 / cta;
-  return ring_stages(per_sm, cta, N * L.vpt * 16 + 4, (rpc - 1) * HC * 8);
-}
-
-// Forward: 512-thread CTAs, two per SM where two slots fit beside each other, else one.
-template <int HC, int N>
-__host__ __device__ constexpr int fwd_ring_stages() {
-  if (HC == 0) return 2;
-  const RowLayout L = fwd_row_layout(HC);
-  const int cta = rows_per_cta(L.threads) * L.threads;
-  const int two = ring_stages(2, cta, N * L.vpt * 16, 0);
-  return two >= 2 ? two : ring_stages(1, cta, N * L.vpt * 16, 0);
-}
-
 // Offsets of a row in a [d0, d1, H] view with element strides (s0, s1, 1). 64-bit throughout.
 struct RowView {
   int64_t d1, s0, s1;

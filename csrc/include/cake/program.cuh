@@ -8,13 +8,6 @@ namespace cake {
 struct ForwardArgs;
 struct BackwardArgs;
 
-// The CTA's dynamic shared memory (the row ring, then any per-kernel arrays), one declaration
-// for every kernel template.
-__device__ __forceinline__ unsigned char* dynamic_smem() {
-  extern __shared__ __align__(16) unsigned char cake_dynamic_smem[];
-  return cake_dynamic_smem;
-}
-
 // CTAs of `kernel` that fit on the whole device at once (occupancy x SM count) with `smem` bytes
 // of dynamic shared memory, cached per kernel, block size, smem and device. Grids never exceed
 // it, so no CTA waits for a slot. On a cache miss it first opts the kernel into dynamic shared

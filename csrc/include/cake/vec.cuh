@@ -22,23 +22,6 @@ __device__ __forceinline__ Pack8 load_stream(const __nv_bfloat16* p) {
   return v;
 }
 
-// Asynchronous global -> shared copies (cp.async, sm_80+): the row ring's loads. The 16-byte
-// form skips L1 (data used once); the 4-byte form (a row's rstd) must go through it.
-__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void copy_async4(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Wait until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 __device__ __forceinline__ void store_pack(__nv_bfloat16* p, const Pack8& v) {
   asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.u[0]), "r"(v.u[1]),
                "r"(v.u[2]), "r"(v.u[3])
@@ -66,12 +49,6 @@ __device__ __forceinline__ Pack8 pack(const float (&f)[kVec]) {
     v.u[i] = *reinterpret_cast<uint32_t*>(&h);
   }
   return v;
-}
-
-// Ask for a weight slice ahead of its use (it then comes from L1): 16 or 32 bytes, one line.
-template <typename WT>
-__device__ __forceinline__ void prefetch_weight8(const WT* w, int64_t col) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(w + col));
 }
 
 // Weight slice of 8 columns as FP32, from a BF16 or FP32 weight vector (read once per CTA).
