@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
-#   bash bench/device_run.sh [jit] [kernels] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
+#   bash bench/device_run.sh [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
@@ -28,9 +28,6 @@ fi
 /usr/bin/time -f "aot: %e s wall" python3 -m cake_rmsnorm_det.aot --arch sm_90a --out /tmp/aot -j 16 2>&1 | tail -2 | tee "$LOG/aot.txt"
 export CAKE_RMSNORM_DET_AOT_DIR=/tmp/aot
 if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
-if has kernels; then  # the kernel tests alone (a subset of `tests`)
-  python3 -m pytest tests/test_gpu_kernels.py -q -x -rfE -p no:cacheprovider --durations=8 2>&1 | tee "$LOG/pytest_kernels.log" | tail -15
-fi
 if has gputests; then  # every test file that needs the GPU (test_programs.py is build machinery: CPU CI runs it)
   python3 -m pytest tests -q -rfE -p no:cacheprovider --ignore=tests/test_programs.py --durations=5 2>&1 | tee "$LOG/pytest_gpu.log" | tail -14
 fi

@@ -143,17 +143,6 @@ class Route:
     chunks: int
 
 
-_PROGRAMS: dict[str, Program] = {}
-
-
-def _program(key: str) -> Program:
-    """build.json lookup, memoized per process: route() runs on every call of the hot path."""
-    prog = _PROGRAMS.get(key)
-    if prog is None:
-        prog = _PROGRAMS[key] = program_by_key(key)
-    return prog
-
-
 def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
     """The window, program and dw partition that run `rows` rows under one key."""
     key = check_key(arch, pass_, hidden, weight, residual)
@@ -161,7 +150,7 @@ def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows:
     for w in windows(key):
         if w.contains(r):
             chunk_rows, chunks = dw_partition(rows, hidden) if pass_ == "bwd" else (0, 0)
-            return Route(key, rows, w, _program(w.program_key), chunk_rows, chunks)
+            return Route(key, rows, w, program_by_key(w.program_key), chunk_rows, chunks)
     raise AssertionError(f"no window of {key} holds {rows} rows")  # the tests rule this out
 
 

@@ -128,22 +128,29 @@ def content_name(kernel: Path, binding: Path) -> tuple[str, dict[str, str]]:
 
 
 @lru_cache(maxsize=None)
-def _load_build_json(path: str, mtime: float) -> tuple[Program, ...]:
+def _load_build_json(path: str, mtime: float) -> tuple[tuple[Program, ...], dict[str, Program]]:
+    """build.json parsed once per (path, mtime): the programs in order, and indexed by key (the
+    route hot path looks a program up on every call)."""
     data = json.loads(Path(path).read_text())
-    return tuple(Program.from_record(r) for r in data["programs"])
+    progs = tuple(Program.from_record(r) for r in data["programs"])
+    return progs, {p.key: p for p in progs}
 
 
-def programs() -> tuple[Program, ...]:
-    """All programs of build.json."""
+def _build_json() -> tuple[tuple[Program, ...], dict[str, Program]]:
     p = build_json_path()
     return _load_build_json(str(p), p.stat().st_mtime)
 
 
+def programs() -> tuple[Program, ...]:
+    """All programs of build.json."""
+    return _build_json()[0]
+
+
 def program_by_key(key: str) -> Program:
-    for p in programs():
-        if p.key == key:
-            return p
-    raise KeyError(f"no program with key {key!r} in {build_json_path()}")
+    prog = _build_json()[1].get(key)
+    if prog is None:
+        raise KeyError(f"no program with key {key!r} in {build_json_path()}")
+    return prog
 
 
 def _write_build_json(progs: list[Program]) -> None:
