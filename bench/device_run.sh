@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
-#   bash bench/device_run.sh [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
+#   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
+#                            [cakebench] [variants] [engines] [ncu]
+# smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
+# cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
+# variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
+# carried). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
@@ -27,16 +32,20 @@ print(f'first forward+backward call (build or load of 2 programs): {time.perf_co
 fi
 /usr/bin/time -f "aot: %e s wall" python3 -m cake_rmsnorm_det.aot --arch sm_90a --out /tmp/aot -j 16 2>&1 | tail -2 | tee "$LOG/aot.txt"
 export CAKE_RMSNORM_DET_AOT_DIR=/tmp/aot
+if has smoke; then
+  timeout 60 python3 bench/sanitize_case.py 2>&1 | tail -5 | tee "$LOG/smoke.txt"
+  [[ ${PIPESTATUS[0]} == 0 ]] || { echo "smoke failed: stopping"; exit 1; }
+fi
 if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
 if has gputests; then  # every test file that needs the GPU (test_programs.py is build machinery: CPU CI runs it)
-  python3 -m pytest tests -q -rfE -p no:cacheprovider --ignore=tests/test_programs.py --durations=5 2>&1 | tee "$LOG/pytest_gpu.log" | tail -14
+  python3 -m pytest tests -q -rfE -p no:cacheprovider --ignore=tests/test_programs.py --durations=5 --timeout=300 2>&1 | tee "$LOG/pytest_gpu.log" | tail -14
 fi
 if has tests; then
   python3 -m pytest tests -q -rfE -p no:cacheprovider --durations=12 --timeout=900 2>&1 | tee "$LOG/pytest_gpu.log" | tail -30
 fi
 if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/accuracy.err"; tail -3 "$LOG/accuracy.md"; fi
 if has bench; then
-  Q=""; has quick && Q="--quick"
+  Q=""; has quick && Q="--quick"; has plain && Q="$Q --plain-only"
   timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q --out "$LOG/bench" > "$LOG/bench.log" 2>&1
   tail -3 "$LOG/bench.log"
   python3 - "$LOG/bench/results.jsonl" <<'PY'
@@ -47,5 +56,23 @@ for r in rows:
     if r["weight"] == "bf16" and not r["residual"]:
         print(f"{r['pass']} {r['shape'][:26]:26s} {r['weight']} {int(r['residual'])} {r['us'].get('cake')} {r['TBps']} {r['best_baseline']} {r['speedup_vs_best']}")
 PY
+fi
+if has cakebench; then
+  timeout "$(left)" python3 -m cake_rmsnorm_det.bench --quick --no-baselines --out "$LOG/cakebench" \
+    --compare docs/bench/2026-12-02-h200-quick.json > "$LOG/cakebench.log" 2>&1
+  grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
+fi
+if has variants; then
+  OLD=""; [[ -d .variants/old ]] && OLD="--old .variants/old"
+  timeout "$(left)" python3 bench/variants.py $OLD --out "$LOG/variants" 2>&1 | tee "$LOG/variants.log" | grep -v "^building"
+fi
+if has engines; then
+  timeout "$(left)" python3 bench/engines.py --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
+fi
+if has ncu; then
+  timeout "$(left)" ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+    -k regex:'forward_kernel|backward_(direct|ring)_kernel' python3 bench/probe.py > "$LOG/ncu.txt" 2>&1
+  grep -E "^  [a-z_]+kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|stalled|Registers Per|Achieved Occupancy" "$LOG/ncu.txt" \
+    | sed -E 's/ +/ /g' | cut -c1-220 | head -120
 fi
 if has sanitize; then timeout "$(left)" bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi

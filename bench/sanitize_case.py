@@ -1,5 +1,5 @@
-"""One small call of each form (forward; backward small, single and pair; residual; a strided
-view; a generic width), for compute-sanitizer."""
+"""One small call of each form and engine (forward regs/l1; backward direct/ring in the small,
+single and pair forms; residual; a strided view; a generic width), for compute-sanitizer."""
 
 import torch
 
@@ -7,18 +7,22 @@ import cake_rmsnorm_det as crd
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
-for hidden, rows in ((256, 8), (4096, 1), (4096, 6), (2048, 600), (1000, 77)):
+for hidden, rows in ((256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (1000, 77)):
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.rand(hidden, device=dev) + 0.5
     g = torch.randn_like(x)
-    y, h, rstd = crd.forward(x, w, 1e-6, residual=r)
-    for form in ("pair", "single") + (("small",) if rows * hidden <= 4096 else ()):
-        with crd.force_form(form):
-            crd.backward(g, h, w, rstd, g)
+    for fe, be in (("regs", "direct"), ("l1", "ring")):
+        with crd.force_engine(fe):
+            y, h, rstd = crd.forward(x, w, 1e-6, residual=r)
+        for form in ("pair", "single") + (("small",) if rows * hidden <= 4096 else ()):
+            with crd.force_form(form), crd.force_engine(be):
+                crd.backward(g, h, w, rstd, g)
 buf = torch.randn(33, 24, 512, device=dev).to(torch.bfloat16)
 q = buf[:, :, :256]
 y, rstd = crd.forward(q, torch.ones(256, device=dev), 1e-6)
-crd.backward(torch.randn_like(q), q, torch.ones(256, device=dev), rstd)
+for be in ("direct", "ring"):
+    with crd.force_engine(be):
+        crd.backward(torch.randn_like(q), q, torch.ones(256, device=dev), rstd)
 torch.cuda.synchronize()
 print("sanitize cases done")

@@ -20,6 +20,7 @@ from . import cake_jit
 from .programs import current_arch, load_program
 
 _FORMS = {"pair": 0, "single": 1, "small": 2}
+_ENGINES = {"regs": 0, "l1": 1, "direct": 0, "ring": 1}  # per pass: args.cuh's engine enums
 
 
 # ---------------------------------------------------------------------------------------------
@@ -28,33 +29,49 @@ _FORMS = {"pair": 0, "single": 1, "small": 2}
 class _Knobs(threading.local):
     max_ctas: int = 0
     form: Optional[str] = None
+    engine: Optional[str] = None
 
 
 _knobs = _Knobs()
 
 
 @contextlib.contextmanager
-def cap_ctas(n: int) -> Iterator[None]:
+def _knob(name: str, value) -> Iterator[None]:
+    """Set one of this thread's knobs for the block, then put the old value back."""
+    old = getattr(_knobs, name)
+    setattr(_knobs, name, value)
+    try:
+        yield
+    finally:
+        setattr(_knobs, name, old)
+
+
+def cap_ctas(n: int) -> contextlib.AbstractContextManager:
     """Cap every launch of this thread at `n` CTAs (tests: the bits must not change)."""
     if n < 1:
         raise ValueError("the CTA cap must be >= 1")
-    old, _knobs.max_ctas = _knobs.max_ctas, int(n)
-    try:
-        yield
-    finally:
-        _knobs.max_ctas = old
+    return _knob("max_ctas", int(n))
 
 
-@contextlib.contextmanager
-def force_form(form: str) -> Iterator[None]:
+def force_form(form: str) -> contextlib.AbstractContextManager:
     """Run backward in `form` ('pair' or 'single'; 'small' where the partition is one chunk)."""
     if form not in _FORMS:
         raise ValueError(f"form must be one of {sorted(_FORMS)}")
-    old, _knobs.form = _knobs.form, form
-    try:
-        yield
-    finally:
-        _knobs.form = old
+    return _knob("form", form)
+
+
+def force_engine(engine: str) -> contextlib.AbstractContextManager:
+    """Run every call of this thread with `engine` (forward: 'regs' or 'l1'; backward: 'direct'
+    or 'ring') whatever the route's window says (tests, measurements: the bits must not change).
+    A pass whose engines do not include it keeps its route's."""
+    if engine not in _ENGINES:
+        raise ValueError(f"engine must be one of {sorted(_ENGINES)}")
+    return _knob("engine", engine)
+
+
+def _engine(pass_: str, window_engine: str) -> int:
+    e = _knobs.engine if _knobs.engine in cake_jit.ENGINES[pass_] else window_engine
+    return _ENGINES[e]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,8 +303,8 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
-              hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None, _knobs.max_ctas,
-              _stream(x.device))
+              hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
+              _engine("fwd", r.window.engine), _knobs.max_ctas, _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 
 
@@ -379,5 +396,6 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     with torch.cuda.device(x.device):
         _call(mod.backward, r.program.name, gv.t, xv.t, w, rstd_c, rv.t, dx_t, dw_t, ws, rows, hidden,
               d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks,
-              grad_residual is not None, _FORMS[form], _knobs.max_ctas, _stream(x.device))
+              grad_residual is not None, _FORMS[form], _engine("bwd", r.window.engine), _knobs.max_ctas,
+              _stream(x.device))
     return dx_t, dw_t

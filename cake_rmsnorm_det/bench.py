@@ -197,8 +197,11 @@ def run(args) -> list[dict]:
     outdir.mkdir(parents=True, exist_ok=True)
     jsonl = (outdir / "results.jsonl").open("w")
     eps = 1e-6
-    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick)
-            for wd in ("bf16", "fp32") for res in (False, True)
+    variants = [("bf16", False)] if args.plain_only else [("bf16", False), ("bf16", True), ("fp32", False),
+                                                         ("fp32", True)]
+    if args.variants:
+        variants = [(v.split(":")[0], v.split(":")[1] == "1") for v in args.variants.split(",")]
+    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick) for wd, res in variants
             if not (args.quick and (wd, res) == ("fp32", True))]
     t_start = time.perf_counter()
     for i, (pass_, s, wd, res) in enumerate(todo, 1):
@@ -284,15 +287,39 @@ def _main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--passes", default="bwd,fwd")
-    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--no-baselines", action="store_true", help="time cake_rmsnorm_det alone")
+    ap.add_argument("--plain-only", action="store_true", help="BF16 weight without residual only")
+    ap.add_argument("--variants", help="weight:residual pairs, e.g. fp32:0,bf16:1 (default: all four)")
+    ap.add_argument("--compare", metavar="JSON", help="an earlier results.json: print cake now vs then, "
+                    "and against the baselines of either run")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args(argv)
     a.passes = a.passes.split(",")
     if not torch.cuda.is_available():
         print("no CUDA device: the benchmark needs the GPU", file=sys.stderr)
         return 2
-    run(a)
+    rows = run(a)
+    if a.compare:
+        print(compare(rows, json.loads(Path(a.compare).read_text())["rows"]))
     return 0
+
+
+def compare(rows: list[dict], earlier: list[dict]) -> str:
+    """cake now against cake in an earlier run, and against the best baseline of either run."""
+    then = {(r["pass"], r["shape"], r["weight"], r["residual"]): r for r in earlier}
+    out = ["pass shape                                   w    res  cake_us  then_us  now/then  best_baseline_us  best/now"]
+    for r in rows:
+        old = then.get((r["pass"], r["shape"], r["weight"], r["residual"]))
+        now = r["us"].get("cake")
+        base = {k: v for k, v in r["us"].items() if k != "cake"}
+        if old:
+            base.update({k: v for k, v in old["us"].items() if k != "cake" and k not in base})
+        best = min(base.values()) if base else None
+        was = old["us"].get("cake") if old else None
+        out.append(f"{r['pass']:4s} {r['shape'][:38]:38s} {r['weight']:4s} {int(r['residual'])}  {now!s:>8} {was!s:>8} "
+                   f"{(now / was if now and was else float('nan')):8.3f}  {best!s:>16} "
+                   f"{(best / now if best and now else float('nan')):8.3f}")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from . import cake_windows as cw
 from .programs import SUPPORTED_ARCHS, Program, program_by_key
 
 PASSES = ("fwd", "bwd")
+ENGINES = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
 WEIGHTS = ("bf16", "fp32")
 QUALIFIED_WIDTHS = cw.QUALIFIED_WIDTHS
 MAX_HIDDEN = 16384
@@ -80,6 +81,7 @@ class Window:
     program_key: str
     form: str               # fwd: "rows"; bwd: "small" | "single" | "pair"
     evidence: str           # why the upper edge is where it is
+    engine: str = "direct"  # fwd: "regs" | "l1"; bwd: "direct" | "ring"
 
     def contains(self, rows: int) -> bool:
         return rows > self.lo and (self.hi is None or rows <= self.hi)
@@ -108,7 +110,9 @@ def windows(key: RouteKey) -> list[Window]:
     """The sorted windows of one route key."""
     prog = program_key_for(key.pass_, key.hidden)
     if key.pass_ == "fwd":
-        return [Window(0, INF, prog, "rows", "one window: the forward has no dw reduction to split")]
+        first = "regs" if key.hidden in QUALIFIED_WIDTHS else "l1"
+        return _split_engines(key, [Window(0, INF, prog, "rows", "one form: the forward has no dw reduction to "
+                                           "split", first)], first)
     small = small_rows(key.hidden)
     edge, ev = single_pair_edge(key.arch, key.hidden)
     out = [Window(0, small, prog, "small",
@@ -120,6 +124,26 @@ def windows(key: RouteKey) -> list[Window]:
         out.append(Window(edge, INF, prog, "pair", "open edge"))
     else:
         out.append(Window(small, INF, prog, "pair", ev.line()))
+    return _split_engines(key, out, "direct")
+
+
+def _split_engines(key: RouteKey, ws: list[Window], first: str) -> list[Window]:
+    """Cut the windows at the key's engine edge: `first` up to it, the pass's other engine above."""
+    hit = cw.engine_edge(key.arch, key.pass_, key.hidden, key.weight)
+    if hit is None:
+        return [Window(w.lo, w.hi, w.program_key, w.form, w.evidence, first) for w in ws]
+    edge, ev = hit
+    second = ENGINES[key.pass_][1]
+    out = []
+    for w in ws:
+        if w.hi is not None and w.hi <= edge:
+            out.append(Window(w.lo, w.hi, w.program_key, w.form, w.evidence, first))
+        elif w.lo >= edge:
+            out.append(Window(w.lo, w.hi, w.program_key, w.form, w.evidence, second))
+        else:
+            out.append(Window(w.lo, edge, w.program_key, w.form, "engine edge: " + ev.line(), first))
+            out.append(Window(edge, w.hi, w.program_key, w.form, w.evidence if w.hi is not None else "open edge",
+                              second))
     return out
 
 

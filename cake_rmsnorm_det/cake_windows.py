@@ -1,12 +1,15 @@
 """Measured window edges of the routes, each with the evidence it rests on.
 
-Edges are row counts: a window ``(lo, hi]`` of rows runs one program in one form. Backward has
-three forms per width: ``small`` (one chunk, one CTA, dw straight from registers), ``single``
+Edges are row counts: a window ``(lo, hi]`` of rows runs one program in one form with one
+engine. Backward has three forms per width: ``small`` (one chunk, one CTA, dw straight from registers), ``single``
 (chunked partials, the last CTA to arrive reduces) and ``pair`` (chunked partials, a separate
 reduce kernel). The small/single edge is not tuned: it is where the dw row partition
 (``cake_jit.dw_partition``, a function of rows and H alone) stops being a single chunk. The
 single/pair edge is tuned per arch and width; its evidence says who measured it and how, or that
-nobody has.
+nobody has. The engine edge (ENGINE_EDGES) splits a width's token range between the two engines of
+its program: backward ``direct`` (rows a row ahead in registers) below, ``ring`` (bulk copies into
+a shared-memory ring) above; forward ``regs`` (weights in registers) below, ``l1`` (weights
+re-read from L1) above. Engines compute the same bits; the edge only moves time.
 """
 
 from __future__ import annotations
@@ -54,6 +57,68 @@ SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
 # (arch, H) -> (last row count of the single form, evidence). Nothing is measured yet.
 MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
+
+
+H200 = "NVIDIA H200"
+
+
+def _bracket(pass_: str, hidden: int, low: str, high: str, note: str) -> Evidence:
+    return Evidence(measured=True, gpu=H200, sms=132, date="2026-12-02",
+                    below=f"{pass_}_h{hidden} {low}", above=f"{pass_}_h{hidden} {high}", ratio=note,
+                    note="bench/variants.py (CUPTI kernel-active, cold L2, median of 30); the edge lies "
+                         "between the two measured token counts")
+
+
+# (arch, pass, H, weight) -> (last row count of the first engine, evidence). Keys absent here run
+# one engine: backward direct, forward regs (generic forward: l1). Measured with bench/engines.py:
+# both engines at T = 512 .. 65536 (bwd) and 256 .. 65536 (fwd); docs/bench/2026-12-02-h200-engines.json
+# (BF16 weight) and -engines-fp32.json (FP32 weight, forward: FP32 slices take twice the registers).
+def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16") -> tuple[int, Evidence]:
+    first, second = ("direct", "ring") if pass_ == "bwd" else ("regs", "l1")
+    return at, _bracket(pass_, hidden, first, second, f"{weight} weight: {second}/{first} = {below} at T={at}, "
+                        f"{above} at the next token count measured")
+
+
+_BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight rows time alike (<= 1.07x)
+    1536: _edge("bwd", 1536, 16384, "1.037 (51.79 vs 49.95 us)", "0.975 (89.22 vs 91.52 us, T=32768)"),
+    2048: _edge("bwd", 2048, 16384, "1.016 (64.03 vs 63.01 us)", "0.990 (113.85 vs 115.01 us, T=32768)"),
+    4096: _edge("bwd", 4096, 8192, "1.020 (66.16 vs 64.83 us)", "0.978 (117.95 vs 120.62 us, T=16384)"),
+    5120: _edge("bwd", 5120, 2048, "1.043 (35.65 vs 34.19 us)", "0.986 (51.71 vs 52.43 us, T=4096)"),
+    6144: _edge("bwd", 6144, 2048, "1.029 (39.90 vs 38.77 us)", "0.984 (60.13 vs 61.14 us, T=4096)"),
+}
+_FWD = {
+    "bf16": {
+        512: _edge("fwd", 512, 256, "1.007 (2.46 vs 2.45 us)", "0.934 (2.46 vs 2.64 us, T=512)"),
+        1536: _edge("fwd", 1536, 2048, "1.011 (6.02 vs 5.95 us)", "0.995 (10.21 vs 10.26 us, T=4096)"),
+        4096: _edge("fwd", 4096, 2048, "1.057 (12.86 vs 12.18 us)", "0.931 (19.76 vs 21.22 us, T=4096)"),
+        5120: _edge("fwd", 5120, 1024, "1.046 (10.45 vs 9.99 us)", "0.980 (15.42 vs 15.74 us, T=2048)"),
+        6144: _edge("fwd", 6144, 1024, "1.058 (11.31 vs 10.69 us)", "0.898 (16.46 vs 18.34 us, T=2048)"),
+    },
+    "fp32": {
+        512: _edge("fwd", 512, 256, "0.988 (2.62 vs 2.66 us)", "0.916 (2.61 vs 2.85 us, T=512)", "fp32"),
+        1536: _edge("fwd", 1536, 4096, "1.069 (10.94 vs 10.24 us)", "0.928 (29.74 vs 32.05 us, T=16384)", "fp32"),
+        2048: _edge("fwd", 2048, 1024, "1.030 (5.39 vs 5.23 us)", "0.785 (7.01 vs 8.93 us, T=2048)", "fp32"),
+        4096: _edge("fwd", 4096, 512, "1.058 (5.57 vs 5.26 us)", "0.792 (7.07 vs 8.93 us, T=1024)", "fp32"),
+        5120: _edge("fwd", 5120, 256, "1.155 (5.12 vs 4.43 us)", "0.817 (6.37 vs 7.79 us, T=512)", "fp32"),
+        6144: _edge("fwd", 6144, 1024, "1.114 (12.06 vs 10.83 us)", "0.898 (16.91 vs 18.83 us, T=2048)", "fp32"),
+    },
+}
+ENGINE_EDGES: dict[tuple[str, str, int, str], tuple[int, Evidence]] = {
+    **{("sm_90a", "bwd", h, w): e for h, e in _BWD.items() for w in ("bf16", "fp32")},
+    **{("sm_90a", "fwd", h, w): e for w, t in _FWD.items() for h, e in t.items()},
+}
+
+
+def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tuple[int, Evidence] | None:
+    """The engine edge of a route: measured on sm_90a; Blackwell archs take the sm_90a edge,
+    marked unmeasured."""
+    hit = ENGINE_EDGES.get((arch, pass_, hidden, weight))
+    if hit is not None or arch == "sm_90a":
+        return hit
+    base = ENGINE_EDGES.get(("sm_90a", pass_, hidden, weight))
+    if base is None:
+        return None
+    return base[0], unmeasured(f"Blackwell build: compiled, never measured; the sm_90a engine edge ({base[1].ratio})")
 
 
 def rule_evidence(arch: str) -> Evidence:

@@ -44,20 +44,31 @@ def rows_per_cta(row_threads: int) -> int:
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
 
-def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int) -> str:
+def ring_row_depth(hidden: int) -> int:
+    """The backward ring engine's rows per row group per item (backward_ring.cuh, bwd_row_depth)."""
+    return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
+
+
+def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
+                  engine: str = "direct") -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
     if pass_ == "fwd":
-        return f"forward_kernel: {cta}; grid ceil(rows/{rpc})"
+        wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
+        return f"forward_kernel: {cta}; {wl}; grid ceil(rows/{rpc})"
+    if engine == "ring":
+        kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
+                  "ring of bulk copies)")
+    else:
+        kernel = "backward_direct_kernel (rows a row ahead in registers)"
     part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
     if form == "small":
-        return f"backward_kernel x1 CTA: {cta}; {part}; dw written from registers"
+        return f"{kernel} x1 CTA: {cta}; {part}; dw written from registers"
     if form == "single":
-        return f"backward_kernel: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
+        return f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
     tiles = ceil(hidden / 32)
-    return (f"backward_kernel: {cta}; grid min({chunks}, resident CTAs); {part}; "
+    return (f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; "
             f"dw_reduce_kernel {tiles} CTAs")
-

@@ -181,7 +181,8 @@ def register(key: str, pass_: str, hidden: int | None, kernel: Path, binding: Pa
         name=name, key=key, pass_=pass_, hidden=hidden, kernel=kdst, binding=bdst,
         kernel_sha256=_sha256(root / kdst), binding_sha256=_sha256(root / bdst), headers=headers,
         archs=tuple(archs), entry="forward" if pass_ == "fwd" else "backward",
-        launches=(("forward_kernel",) if pass_ == "fwd" else ("backward_kernel", "dw_reduce_kernel")),
+        launches=(("forward_kernel",) if pass_ == "fwd"
+                  else ("backward_direct_kernel", "backward_ring_kernel", "dw_reduce_kernel")),
     )
     rest = [p for p in (programs() if build_json_path().exists() else ()) if p.key != key]
     for p in rest:

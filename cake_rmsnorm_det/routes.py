@@ -1,4 +1,4 @@
-"""Route inspection: which program runs for a call, in which form, and why.
+"""Route inspection: which program runs for a call, in which form and engine, and why.
 
     python -m cake_rmsnorm_det.routes --arch sm_90a --hidden 4096 --tokens 65536 --weight bf16 --pass bwd [--residual]
     python -m cake_rmsnorm_det.routes --arch sm_90a --all
@@ -27,6 +27,7 @@ class RouteInfo:
     program: str
     program_key: str
     form: str
+    engine: str
     launch: str
     evidence: str
     built: bool
@@ -38,6 +39,7 @@ class RouteInfo:
             f"window    {self.window} rows",
             f"program   {self.program} ({self.program_key})",
             f"form      {self.form}",
+            f"engine    {self.engine}",
             f"launch    {self.launch}",
             f"evidence  {self.evidence}",
             f"built     {'yes' if self.built else 'no (built on first use)'}",
@@ -62,8 +64,8 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
     r = cake_jit.route(arch, pass_, hidden, _weight_name(weight_dtype), residual, rows)
     return RouteInfo(
         key=str(r.key), rows=rows, window=r.window.text(), program=r.program.name,
-        program_key=r.program.key, form=r.window.form,
-        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks),
+        program_key=r.program.key, form=r.window.form, engine=r.window.engine,
+        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine),
         evidence=r.window.evidence, built=find_built(r.program, arch) is not None)
 
 
@@ -73,7 +75,7 @@ def route_table(arch: str) -> str:
     for key in cake_jit.all_keys(arch):
         for w in cake_jit.windows(key):
             prog = cake_jit.program_by_key(w.program_key)
-            lines.append(f"{str(key):48s} {w.text():>14s} {w.form:7s} {prog.name}  [{w.evidence}]")
+            lines.append(f"{str(key):48s} {w.text():>14s} {w.form:7s} {w.engine:7s} {prog.name}  [{w.evidence}]")
     return "\n".join(lines)
 
 

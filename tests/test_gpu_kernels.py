@@ -138,6 +138,33 @@ def test_pair_and_single_agree(hidden, device):
             assert bits_equal(outs[form][0], outs["pair"][0]), f"dx of {form} differs from pair at {rows} rows"
 
 
+@pytest.mark.parametrize("hidden", QUALIFIED + (1000,))
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
+def test_engines_agree(hidden, variant, device):
+    """Both engines of a pass give the same bits (the routes switch engines at token edges),
+    each into poisoned outputs, on the routed form of each token count and on a view."""
+    residual = variant == "res_fp32w"
+    wdtype = torch.float32 if residual else torch.bfloat16
+    if variant == "query_view" and hidden != 256:
+        pytest.skip("the strided view is a width-256 layout")
+    for rows in (1, 5, 300, 5000, 20000):
+        x, r, w, g, gr = make(rows, hidden, wdtype, residual, device, seed=rows + hidden)
+        if variant == "query_view":
+            buf = torch.randn(rows, 3, 512, device=device).to(torch.bfloat16)
+            x = buf[:, :, :256]
+            g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+        outs = {}
+        for fe, be in (("regs", "direct"), ("l1", "ring")):
+            with crd.force_engine(fe):
+                y, h, rstd = run_forward(x, w, EPS, r)
+            with crd.force_engine(be):
+                dx, dw = run_backward(g, h if residual else x, w, rstd, gr)
+            outs[be] = (y, rstd, dx, dw)
+            assert not torch.isnan(dw).any() and not torch.isnan(rstd).any(), f"{be}: unwritten output"
+        for name, a, b in zip(("y", "rstd", "dx", "dw"), outs["direct"], outs["ring"]):
+            assert bits_equal(a, b), f"{name} differs between engines at {rows} rows ({variant})"
+
+
 @pytest.mark.parametrize("hidden", QUALIFIED + (8192,))
 def test_batch_invariant_rows(hidden, device):
     """The same row gives the same rstd, y and dx bits in calls of any size, on every window."""

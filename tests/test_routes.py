@@ -36,6 +36,31 @@ def test_windows_cover_all_rows_without_gap_or_overlap(arch):
                         assert len(hits) == 1, (key, rows)
 
 
+@pytest.mark.parametrize("arch", sorted(SUPPORTED_ARCHS))
+def test_engine_windows(arch):
+    """Each window names an engine of its pass; widths with an engine edge switch exactly there,
+    once, and an edge on sm_90a is measured on both sides while other archs say they are not."""
+    from cake_rmsnorm_det import cake_windows as cw
+    for pass_, wname in ((p, w) for p in cake_jit.PASSES for w in cake_jit.WEIGHTS):
+        first, second = cake_jit.ENGINES[pass_]
+        for h in WIDTHS:
+            key = cake_jit.check_key(arch, pass_, h, wname, False)
+            ws = cake_jit.windows(key)
+            engines = [w.engine for w in ws]
+            assert set(engines) <= {first, second}, (key, engines)
+            hit = cw.engine_edge(arch, pass_, h, wname)
+            if hit is None:
+                expect = "l1" if pass_ == "fwd" and h not in cake_jit.QUALIFIED_WIDTHS else first
+                assert set(engines) == {expect}, (key, engines)
+                continue
+            edge, ev = hit
+            assert ev.measured == (arch == "sm_90a"), key
+            assert cake_jit.route(arch, pass_, h, wname, False, edge).window.engine == first
+            assert cake_jit.route(arch, pass_, h, wname, False, edge + 1).window.engine == second
+            switches = sum(a.engine != b.engine for a, b in zip(ws, ws[1:]))
+            assert switches == 1 and engines[0] == first and engines[-1] == second, (key, engines)
+
+
 def test_qualified_widths_route_to_their_own_programs():
     for h in cake_jit.QUALIFIED_WIDTHS:
         r = cake_jit.route("sm_90a", "bwd", h, "bf16", False, 65536)

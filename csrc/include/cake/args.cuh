@@ -19,9 +19,18 @@ struct ForwardArgs {
   RowView xv, rv;
   double eps;
   bool weight_fp32;
+  int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };
+
+// Forward engines: weight slices loaded into registers before the first row, or re-read from L1
+// after each row's reduction.
+enum ForwardEngine : int { kWeightRegs = 0, kWeightL1 = 1 };
+
+// Backward engines: rows into registers a row ahead (direct), or through a shared-memory ring of
+// bulk copies (ring).
+enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 
 // pair: main + reduce kernel; single: the last CTA reduces; small: one chunk, dw from registers.
 enum BackwardForm : int { kPair = 0, kSingle = 1, kSmall = 2 };
@@ -40,6 +49,8 @@ struct BackwardArgs {
   RowView gv, xv, grv;
   bool weight_fp32;
   int form;
+  int engine;                      // kDirect or kRing
+  int stages;                      // ring slots per CTA (set by the launcher)
   int max_ctas;                    // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };

@@ -60,7 +60,7 @@ inline void check_rows(int64_t rows, int64_t hidden, int64_t d1) {
 inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorView y,
                         TensorView h_out, TensorView rstd, int64_t rows, int64_t hidden, int64_t d1,
                         int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, double eps,
-                        bool has_residual, int64_t max_ctas, int64_t stream) {
+                        bool has_residual, int64_t engine, int64_t max_ctas, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(x, "x");
   check_bf16(y, "y");
@@ -82,6 +82,8 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
   a.xv = RowView{d1, sx0, sx1};
   a.rv = RowView{d1, sr0, sr1};
   a.eps = eps;
+  if (engine != kWeightRegs && engine != kWeightL1) TVM_FFI_THROW(ValueError) << "unknown forward engine " << engine;
+  a.engine = static_cast<int>(engine);
   a.max_ctas = static_cast<int>(max_ctas);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   if (rows == 0) return;
@@ -92,8 +94,8 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
                          TensorView g_residual, TensorView dx, TensorView dw, TensorView workspace,
                          int64_t rows, int64_t hidden, int64_t d1, int64_t sg0, int64_t sg1,
                          int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, int64_t chunk_rows,
-                         int64_t chunks, bool has_residual, int64_t form, int64_t max_ctas,
-                         int64_t stream) {
+                         int64_t chunks, bool has_residual, int64_t form, int64_t engine,
+                         int64_t max_ctas, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(g, "grad_out");
   check_bf16(x, "x");
@@ -131,6 +133,8 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   a.xv = RowView{d1, sx0, sx1};
   a.grv = RowView{d1, sr0, sr1};
   a.form = static_cast<int>(form);
+  if (engine != kDirect && engine != kRing) TVM_FFI_THROW(ValueError) << "unknown backward engine " << engine;
+  a.engine = static_cast<int>(engine);
   a.max_ctas = static_cast<int>(max_ctas);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   check_launch(cake_program_backward(a), "backward launch");

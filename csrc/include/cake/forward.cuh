@@ -16,7 +16,10 @@ namespace cake {
 // HC: compile-time width (0 = read from args). A CTA holds RPC rows side by side, each thread
 // up to four 16-byte slices of its row, all loaded before the first use. The grid covers the
 // rows once (CTAs retire and the hardware backfills); with a CTA cap it strides.
-template <int HC, typename WT, bool RES>
+// WREGS: weight slices loaded into registers before the first row (they travel with the first
+// row's loads: the engine of few rows), else re-read from L1 after each row's reduction (fewer
+// registers, more CTAs per SM: the engine of many rows at some widths).
+template <int HC, typename WT, bool RES, bool WREGS>
 __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs a) {
   using Geom = RowGeom<true>;
   const Geom G = Geom::make<HC>(a.hidden);
@@ -32,7 +35,8 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
     src[N - 1] = a.residual;
     views[N - 1] = a.rv;
   }
-  float no_weight_regs[1][kVec];  // forward reads weights from L1
+  WeightSlice<WT> w[Geom::wregs<HC, WREGS>()];
+  G.template load_weights<WREGS>(wp, w);
 
   int parity = 0;
   const int64_t stride = int64_t(gridDim.x) * G.rpc;
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
       if (G.owns(k)) {
         float xf[kVec], wk[kVec], out[kVec];
         unpack(cur.v[0][k], xf);
-        G.template weight<HC>(no_weight_regs, wp, k, wk);
+        G.template weight<WREGS>(w, wp, k, wk);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
         store_pack(a.y + row * G.hidden + G.col(k), pack(out));
@@ -80,12 +84,12 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
   }
 }
 
-template <int HC, typename WT, bool RES>
+template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
-  auto kernel = forward_kernel<HC, WT, RES>;
+  auto kernel = forward_kernel<HC, WT, RES, WREGS>;
   int64_t blocks = (a.rows + rpc - 1) / rpc;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
@@ -94,14 +98,25 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   return cudaGetLastError();
 }
 
+template <int HC, bool WREGS>
+cudaError_t launch_forward_dtype(const ForwardArgs& a) {
+  if (a.weight_fp32) {
+    return a.residual ? launch_forward_variant<HC, float, true, WREGS>(a)
+                      : launch_forward_variant<HC, float, false, WREGS>(a);
+  }
+  return a.residual ? launch_forward_variant<HC, __nv_bfloat16, true, WREGS>(a)
+                    : launch_forward_variant<HC, __nv_bfloat16, false, WREGS>(a);
+}
+
+// Fixed widths build both weight engines (the route picks per token window); the generic
+// program re-reads its weights from L1 whatever the engine.
 template <int HC>
 cudaError_t launch_forward_width(const ForwardArgs& a) {
-  if (a.weight_fp32) {
-    return a.residual ? launch_forward_variant<HC, float, true>(a)
-                      : launch_forward_variant<HC, float, false>(a);
+  if (a.engine != kWeightRegs && a.engine != kWeightL1) return cudaErrorInvalidValue;
+  if constexpr (HC > 0) {
+    if (a.engine == kWeightRegs) return launch_forward_dtype<HC, true>(a);
   }
-  return a.residual ? launch_forward_variant<HC, __nv_bfloat16, true>(a)
-                    : launch_forward_variant<HC, __nv_bfloat16, false>(a);
+  return launch_forward_dtype<HC, false>(a);
 }
 
 }  // namespace cake

@@ -12,19 +12,32 @@ __device__ __forceinline__ T warp_allsum(T v) {
   return v;
 }
 
-// Sum of one value per thread over the `warps` warps of a row: lane sums by the butterfly, then
-// the warp sums in warp order 0, 1, 2, ... by every thread. `slots` is this row's shared array
-// (one entry per warp); the caller alternates two arrays between calls so that one barrier suffices.
-// Every thread of the CTA must call it (it holds a CTA barrier when a row spans several warps).
+// Sum of one value per thread over the `warps` warps of a row, in two halves around one CTA
+// barrier: each warp posts its butterfly sum to the row's `slots` (one entry per warp), and after
+// the barrier every thread adds the row's warp sums in warp order 0, 1, 2, ... Callers that hold
+// their own barrier between the halves (the backward refills its ring there) call them apart.
+template <typename T>
+__device__ __forceinline__ void post_warp_sum(T v, T* slots, int warps) {
+  if ((threadIdx.x & 31) == 0) slots[(threadIdx.x >> 5) % warps] = v;
+}
+
+template <typename T>
+__device__ __forceinline__ T sum_warp_sums(const T* slots, int warps) {
+  T s = slots[0];
+  for (int i = 1; i < warps; ++i) s += slots[i];
+  return s;
+}
+
+// Both halves with the barrier between. `slots` is this row's shared array; the caller
+// alternates two arrays between calls so that one barrier suffices. Every thread of the CTA must
+// call it (it holds a CTA barrier when a row spans several warps).
 template <typename T>
 __device__ __forceinline__ T row_allsum(T v, int warps, T* slots) {
   v = warp_allsum(v);
   if (warps == 1) return v;
-  if ((threadIdx.x & 31) == 0) slots[(threadIdx.x >> 5) % warps] = v;
+  post_warp_sum(v, slots, warps);
   __syncthreads();
-  T s = slots[0];
-  for (int i = 1; i < warps; ++i) s += slots[i];
-  return s;
+  return sum_warp_sums(slots, warps);
 }
 
 // Neumaier's compensated sum: s + c carries the exact sum far better than s alone.

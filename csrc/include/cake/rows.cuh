@@ -32,31 +32,29 @@ struct RowGeom {
   __host__ __device__ static constexpr int vmax() {
     return HC > 0 ? pass_layout<kForward>(HC).vpt : (kForward ? kFwdMaxVecPerThread : kMaxVecPerThread);
   }
-  // Backward keeps fixed-width weights in registers; forward and generic programs re-read them
-  // (L1-resident) to leave registers for loads in flight.
-  template <int HC>
-  __host__ __device__ static constexpr int wregs() { return HC > 0 && !kForward ? pass_layout<kForward>(HC).vpt : 1; }
-  template <int HC>
-  __host__ __device__ static constexpr bool weights_in_registers() { return HC > 0 && !kForward; }
+  // Where the weight slices live: fixed-width programs load them into registers once, before the
+  // first row, so that they travel with the first row's loads; generic programs (and a program
+  // built with REGS = false) re-read them where they are used, from L1.
+  template <int HC, bool REGS = (HC > 0)>
+  __host__ __device__ static constexpr int wregs() { return REGS ? pass_layout<kForward>(HC > 0 ? HC : 8).vpt : 1; }
 
   __device__ __forceinline__ int vec(int k) const { return t + k * threads; }
   __device__ __forceinline__ bool owns(int k) const { return k < vpt && vec(k) < vecs; }
   __device__ __forceinline__ int64_t col(int k) const { return int64_t(vec(k)) * kVec; }
 
-  template <int HC, typename WT, int VW>
-  __device__ __forceinline__ void load_weights(const WT* w, float (&wr)[VW][kVec]) const {
-    if constexpr (weights_in_registers<HC>()) {
+  template <bool REGS, typename WT, int VW>
+  __device__ __forceinline__ void load_weights(const WT* w, WeightSlice<WT> (&wr)[VW]) const {
+    if constexpr (REGS) {
 #pragma unroll
       for (int k = 0; k < VW; ++k)
-        if (owns(k)) load_weight8(w, col(k), wr[k]);
+        if (owns(k)) wr[k].load(w, col(k));
     }
   }
-  template <int HC, typename WT, int VW>
-  __device__ __forceinline__ void weight(const float (&wr)[VW][kVec], const WT* w, int k,
+  template <bool REGS, typename WT, int VW>
+  __device__ __forceinline__ void weight(const WeightSlice<WT> (&wr)[VW], const WT* w, int k,
                                          float (&out)[kVec]) const {
-    if constexpr (weights_in_registers<HC>()) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) out[e] = wr[k][e];
+    if constexpr (REGS) {
+      wr[k].get(out);
     } else {
       load_weight8(w, col(k), out);
     }

@@ -70,4 +70,28 @@ __device__ __forceinline__ void load_weight8<float>(const float* w, int64_t col,
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+// A weight slice of 8 columns held in registers in its own dtype (a BF16 slice takes 4 registers,
+// not 8) and widened to FP32 where it is used.
+template <typename WT>
+struct WeightSlice;
+
+template <>
+struct WeightSlice<__nv_bfloat16> {
+  Pack8 p;
+  __device__ __forceinline__ void load(const __nv_bfloat16* w, int64_t col) {
+    p = *reinterpret_cast<const Pack8*>(w + col);
+  }
+  __device__ __forceinline__ void get(float (&f)[kVec]) const { unpack(p, f); }
+};
+
+template <>
+struct WeightSlice<float> {
+  float v[kVec];
+  __device__ __forceinline__ void load(const float* w, int64_t col) { load_weight8(w, col, v); }
+  __device__ __forceinline__ void get(float (&f)[kVec]) const {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) f[e] = v[e];
+  }
+};
+
 }  // namespace cake

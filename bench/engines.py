@@ -1,0 +1,64 @@
+"""Both engines of each qualified width, side by side over token counts (GPU).
+
+    python bench/engines.py [--out DIR]
+
+For each width and pass, cake_rmsnorm_det is timed with each engine forced (the routes pick one
+per token window; both compute the same bits) with the benchmark's method (CUPTI kernel-active
+time, cold L2, median of 30). The rows put the engine edges of cake_windows.py where they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import cake_rmsnorm_det as crd  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
+
+TOKENS = {"fwd": (256, 512, 1024, 2048, 4096, 16384, 65536), "bwd": (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)}
+PAIRS = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
+    ap.add_argument("--passes", default="bwd,fwd")
+    ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
+    a = ap.parse_args(argv)
+    dev = torch.device("cuda")
+    timer = bench.Timer(dev)
+    torch.manual_seed(0)
+    rows = []
+    print(f"{'pass':4s} {'shape':16s} {'first':>9s} {'second':>9s}  second/first", flush=True)
+    wdtype = torch.bfloat16 if a.weight == "bf16" else torch.float32
+    for pass_ in a.passes.split(","):
+        e1, e2 = PAIRS[pass_]
+        for h in map(int, a.widths.split(",")):
+            for t in TOKENS[pass_]:
+                x = torch.randn(t, h, device=dev).to(torch.bfloat16)
+                w = (torch.rand(h, device=dev) + 0.5).to(wdtype)
+                g = torch.randn_like(x)
+                rstd = crd.forward(x, w, 1e-6)[1]
+                us = {}
+                for e in (e1, e2):
+                    with crd.force_engine(e):
+                        fn = (lambda: crd.forward(x, w, 1e-6)) if pass_ == "fwd" else (lambda: crd.backward(g, x, w, rstd))
+                        us[e] = timer(fn)
+                rows.append({"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us})
+                print(f"{pass_:4s} [{t},{h}]{'':{max(0, 14 - len(str(t)) - len(str(h)))}s} {us[e1]:9.3f} {us[e2]:9.3f}  "
+                      f"{us[e2] / us[e1]:.3f} ({e2}/{e1})", flush=True)
+                del x, g
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    Path(a.out, f"engines-{a.weight}.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

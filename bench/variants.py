@@ -1,0 +1,165 @@
+"""Time program variants: the same sources built with other tuning arguments (GPU).
+
+    python bench/variants.py [--passes bwd,fwd] [--old DIR] [--out DIR]
+
+A variant is a one-line program body (an instantiation of the pass's launcher with tuning
+arguments, e.g. ``launch_backward_width<4096, 1>`` for row depth 1) built beside the routed
+programs and put in the place of the routed program of its key while its shapes are timed, with
+the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` adds the
+programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier commit's.
+Every variant's outputs are compared bit for bit with the routed program's: tuning arguments
+must never change a bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cake_rmsnorm_det import api, bench, cake_jit, layout, programs  # noqa: E402
+
+ENTRY = {"fwd": ("forward", "ForwardArgs", "launch_forward_width"),
+         "bwd": ("backward", "BackwardArgs", "launch_backward_width")}
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    pass_: str
+    hidden: int
+    kernel: str          # program file text
+    binding: str         # binding file text
+    include: str         # include folder
+
+
+def tuned(pass_: str, hidden: int, args: str) -> Variant:
+    entry, args_t, launcher = ENTRY[pass_]
+    kernel = (f'#include "cake/{entry}.cuh"\n'
+              f"cudaError_t cake_program_{entry}(const cake::{args_t}& a) {{\n"
+              f"  return cake::{launcher}<{hidden}, {args}>(a);\n}}\n")
+    binding = f'#include "cake/binding.cuh"\nCAKE_{entry.upper()}_BINDING()\n'
+    return Variant(f"{pass_}_h{hidden}<{args}>", pass_, hidden, kernel, binding, str(programs.include_dir()))
+
+
+def old_tree(pass_: str, hidden: int, tree: Path) -> Variant:
+    rec = json.loads((tree / "build.json").read_text())["programs"]
+    p = next(r for r in rec if r["key"] == f"{pass_}_h{hidden}")
+    return Variant(f"{pass_}_h{hidden}@old", pass_, hidden, (tree / Path(p["kernel"]).name).read_text(),
+                   (tree / Path(p["binding"]).name).read_text(), str(tree / "include"))
+
+
+def build(v: Variant, out: str) -> str:
+    import tvm_ffi.cpp
+
+    d = Path(out) / v.label.translate(str.maketrans("<>, @", "____-"))
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "kernel.cu").write_text(v.kernel)
+    (d / "binding.cu").write_text(v.binding)
+    home = programs.cuda_home()
+    ld = []
+    for x in programs.cudart_dirs(home):
+        ld += [f"-L{x}", f"-Wl,-rpath,{x}"]
+    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = "9.0a"
+    os.environ["CUDA_HOME"] = str(home)
+    return tvm_ffi.cpp.build(d.name.replace("-", "_"), cuda_files=[str(d / "kernel.cu"), str(d / "binding.cu")],
+                             extra_cuda_cflags=list(programs.NVCC_FLAGS), extra_ldflags=ld,
+                             extra_include_paths=[v.include], build_directory=str(d / "build"), backend="cuda")
+
+
+class Substitute:
+    """Within the block, calls of the routed program of `key` run module `mod` instead."""
+
+    def __init__(self, key: str, mod):
+        self.key, self.mod = key, mod
+
+    def __enter__(self):
+        self.saved = api.load_program
+        api.load_program = lambda prog, arch: self.mod if prog.key == self.key else self.saved(prog, arch)
+
+    def __exit__(self, *exc):
+        api.load_program = self.saved
+
+
+def shapes_for(pass_: str, hidden: int) -> list[dict]:
+    ts = (256, 4096, 65536) if pass_ == "bwd" else (1, 256, 4096, 65536)
+    out = [{"label": f"[{t},{hidden}]", "T": t, "H": hidden, "kind": "rows"} for t in ts]
+    if hidden == 256:
+        out += [{"label": "key [32768,4,256]", "T": 32768, "H": 256, "kind": "key"},
+                {"label": "query [16384,24,256]", "T": 16384, "H": 256, "kind": "query"}]
+    return out
+
+
+def outputs(pass_: str, x, w, g, rstd):
+    if pass_ == "fwd":
+        return api.forward(x, w, 1e-6)
+    return api.backward(g, x, w, rstd)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--passes", default="bwd,fwd")
+    ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
+    ap.add_argument("--old", type=Path, help="another source tree to time beside (build.json + files)")
+    ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
+    a = ap.parse_args(argv)
+    widths = [int(h) for h in a.widths.split(",")]
+    vs: list[Variant] = []
+    for pass_ in a.passes.split(","):
+        for h in widths:
+            if pass_ == "bwd":
+                rpc = layout.rows_per_cta(layout.row_layout(h)[0])
+                vs += [tuned("bwd", h, str(rd)) for rd in (1, 2, 4) if rpc * rd <= 32]
+            else:
+                vs += [tuned("fwd", h, wr) for wr in ("true", "false")]
+            if a.old:
+                vs.append(old_tree(pass_, h, a.old))
+    print(f"building {len(vs)} variants", flush=True)
+    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as ex:
+        libs = list(ex.map(build, vs, [a.out] * len(vs)))
+    import tvm_ffi
+
+    mods = [tvm_ffi.load_module(lib) for lib in libs]
+    device = torch.device("cuda")
+    timer = bench.Timer(device)
+    torch.manual_seed(0)
+    rows_out = []
+    print(f"{'pass':4s} {'shape':22s} {'variant':24s} {'us':>9s}  bits", flush=True)
+    for pass_ in a.passes.split(","):
+        for h in widths:
+            for s in shapes_for(pass_, h):
+                x = bench.make_input(s, device)
+                w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16)
+                g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+                rstd = api.forward(x, w, 1e-6)[1]
+                ref = outputs(pass_, x, w, g, rstd)
+                for v, mod in zip(vs, mods):
+                    if v.pass_ != pass_ or v.hidden != h:
+                        continue
+                    with Substitute(f"{pass_}_h{h}", mod):
+                        got = outputs(pass_, x, w, g, rstd)
+                        same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
+                                               q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
+                                   for p, q in zip(ref, got))
+                        us = timer(lambda: outputs(pass_, x, w, g, rstd))
+                    rows_out.append({"pass": pass_, "shape": s["label"], "variant": v.label, "us": round(us, 3),
+                                     "bits_equal": same})
+                    print(f"{pass_:4s} {s['label']:22s} {v.label:24s} {us:9.3f}  {'same' if same else 'DIFFER'}",
+                          flush=True)
+                del x, g
+    Path(a.out, "variants.json").write_text(json.dumps(rows_out, indent=1))
+    return 0 if all(r["bits_equal"] for r in rows_out if "@old" not in r["variant"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

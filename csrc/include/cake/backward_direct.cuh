@@ -1,0 +1,72 @@
+// Backward engine "direct": each thread loads its slices of the next row into registers while
+// it computes on the current one (two rows in flight per thread). It starts at once, so it is
+// the engine of short chunks: small and mid token counts.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "cake/args.cuh"
+#include "cake/backward_rows.cuh"
+#include "cake/layout.cuh"
+#include "cake/reduce.cuh"
+#include "cake/rows.cuh"
+#include "cake/vec.cuh"
+
+namespace cake {
+
+// A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H)).
+// Within a chunk its RPC row groups walk the rows, each thread accumulating g*x*rstd for its
+// fixed columns in FP64 registers; finish_chunk combines the groups and writes the partial.
+template <int HC, typename WT, bool RES>
+__global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(const BackwardArgs a) {
+  using Geom = RowGeom<false>;
+  const Geom G = Geom::make<HC>(a.hidden);
+  constexpr int VMAX = Geom::vmax<HC>();
+  constexpr int N = RES ? 3 : 2;
+  constexpr bool kWRegs = HC > 0;
+  const WT* wp = static_cast<const WT*>(a.w);
+  __shared__ float slots[2][kMaxCtaThreads / 32];
+  extern __shared__ double group_acc[];  // [(rpc - 1) * hidden]: row groups 1.. of the CTA
+
+  const __nv_bfloat16* src[N];
+  RowView views[N];
+  src[0] = a.g;
+  views[0] = a.gv;
+  src[1] = a.x;
+  views[1] = a.xv;
+  if constexpr (RES) {
+    src[N - 1] = a.g_residual;
+    views[N - 1] = a.grv;
+  }
+  WeightSlice<WT> w[Geom::wregs<HC>()];
+  G.template load_weights<kWRegs>(wp, w);
+
+  int parity = 0;
+  for (int64_t chunk = blockIdx.x; chunk < a.chunks; chunk += gridDim.x) {
+    double acc[VMAX][kVec];
+    zero_acc(acc);
+    const int64_t r0 = chunk * a.chunk_rows;
+    const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
+    int64_t row = r0 + G.group;
+    RowData<VMAX, N> next;
+    next.load(G, src, views, row, row < r1);
+    float rnext = row < r1 ? a.rstd[row] : 0.f;
+    // The loop count is the same for every thread of the CTA (barriers inside the reduction).
+    for (int64_t base = r0; base < r1; base += G.rpc, row += G.rpc) {
+      const bool live = row < r1;
+      const RowData<VMAX, N> cur = next;
+      const float r = rnext;
+      next.load(G, src, views, row + G.rpc, row + G.rpc < r1);
+      rnext = row + G.rpc < r1 ? a.rstd[row + G.rpc] : 0.f;
+      float dot = live ? slice_dot<kWRegs>(G, cur.v[0], cur.v[1], w, wp) : 0.f;
+      dot = row_allsum(dot, G.warps, &slots[parity][G.group * G.warps]);
+      parity ^= 1;
+      if (live) slice_dx_dw<kWRegs, RES>(G, a, row, cur.v[0], cur.v[1], cur.v[N - 1], r, dot, w, wp, acc);
+    }
+    finish_chunk(G, a, chunk, acc, group_acc);
+  }
+  single_form_tail(a);
+}
+
+}  // namespace cake
