@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from . import cake_windows as cw
+from . import layout
 from .programs import SUPPORTED_ARCHS, Program, program_by_key
 
 PASSES = ("fwd", "bwd")
@@ -130,6 +131,8 @@ def windows(key: RouteKey) -> list[Window]:
 def _split_engines(key: RouteKey, ws: list[Window], first: str) -> list[Window]:
     """Cut the windows at the key's engine edge: `first` up to it, the pass's other engine above."""
     hit = cw.engine_edge(key.arch, key.pass_, key.hidden, key.weight)
+    if hit is not None and key.pass_ == "bwd" and not layout.ring_fits(key.hidden, key.residual):
+        hit = None  # two ring slots exceed a CTA's shared memory: the direct engine throughout
     if hit is None:
         return [Window(w.lo, w.hi, w.program_key, w.form, w.evidence, first) for w in ws]
     edge, ev = hit

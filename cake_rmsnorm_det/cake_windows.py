@@ -70,7 +70,9 @@ def _bracket(pass_: str, hidden: int, low: str, high: str, note: str) -> Evidenc
 
 
 # (arch, pass, H, weight) -> (last row count of the first engine, evidence). Keys absent here run
-# one engine: backward direct, forward regs (generic forward: l1). Measured with bench/engines.py:
+# one engine: backward direct, forward regs (generic forward: l1). The edges were measured on the
+# plain rows and serve the residual rows too (not measured apart); a backward width whose ring
+# slots do not fit a CTA with the residual (H 5120) runs direct throughout (cake_jit). Measured with bench/engines.py:
 # both engines at T = 512 .. 65536 (bwd) and 256 .. 65536 (fwd); docs/bench/2026-12-02-h200-engines.json
 # (BF16 weight) and -engines-fp32.json (FP32 weight, forward: FP32 slices take twice the registers).
 def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16") -> tuple[int, Evidence]:

@@ -49,6 +49,18 @@ def ring_row_depth(hidden: int) -> int:
     return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
 
 
+RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
+
+
+def ring_fits(hidden: int, residual: bool) -> bool:
+    """Whether two ring slots fit one CTA (backward_ring.cuh, ring_stages); where they do not, the
+    launcher runs the direct engine (same bits), and the routes say so."""
+    rpc = rows_per_cta(row_layout(hidden)[0])
+    item = rpc * ring_row_depth(hidden)
+    stage = (3 if residual else 2) * item * hidden * 2 + ceil(item * 4 / 16) * 16
+    return (rpc - 1) * hidden * 8 + 2 * (stage + 8) <= RING_SMEM_BUDGET
+
+
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
                   engine: str = "direct") -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by

@@ -61,6 +61,17 @@ def test_engine_windows(arch):
             assert switches == 1 and engines[0] == first and engines[-1] == second, (key, engines)
 
 
+def test_ring_that_does_not_fit_is_not_routed():
+    """H 5120 with residual: two 120 KB ring slots exceed a CTA's shared memory, so its backward
+    routes run the direct engine throughout (as the launcher would); without residual the ring runs."""
+    assert not layout.ring_fits(5120, True) and layout.ring_fits(5120, False)
+    for h in cake_jit.QUALIFIED_WIDTHS:
+        assert layout.ring_fits(h, False), h
+    res = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", 5120, "bf16", True))
+    plain = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", 5120, "bf16", False))
+    assert {w.engine for w in res} == {"direct"} and plain[-1].engine == "ring"
+
+
 def test_qualified_widths_route_to_their_own_programs():
     for h in cake_jit.QUALIFIED_WIDTHS:
         r = cake_jit.route("sm_90a", "bwd", h, "bf16", False, 65536)
