@@ -3,7 +3,8 @@
     python bench/variants.py [--passes bwd,fwd] [--old DIR] [--out DIR]
 
 A variant is a one-line program body (an instantiation of the pass's launcher with tuning
-arguments, e.g. ``launch_backward_width<4096, 1>`` for row depth 1) built beside the routed
+arguments, e.g. ``launch_backward_width<4096, 1>`` for ring row depth 1, or
+``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1) built beside the routed
 programs and put in the place of the routed program of its key while its shapes are timed, with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` adds the
 programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier commit's.
@@ -29,7 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from cake_rmsnorm_det import api, bench, cake_jit, layout, programs  # noqa: E402
 
-ENTRY = {"fwd": ("forward", "ForwardArgs", "launch_forward_width"),
+# The launcher each pass's variants instantiate: forward <H, weights in registers>, backward
+# <H, ring row depth> (the engine still comes from the route, as for the routed program).
+ENTRY = {"fwd": ("forward", "ForwardArgs", "launch_forward_dtype"),
          "bwd": ("backward", "BackwardArgs", "launch_backward_width")}
 
 
