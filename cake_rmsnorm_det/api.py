@@ -20,7 +20,8 @@ from . import cake_jit
 from .programs import current_arch, load_program
 
 _FORMS = {"pair": 0, "single": 1, "small": 2}
-_ENGINES = {"regs": 0, "l1": 1, "direct": 0, "ring": 1}  # per pass: args.cuh's engine enums
+# Engine name -> launch argument: its place in its pass's pair (args.cuh's engine enums).
+_ENGINES = {e: i for pair in cake_jit.ENGINES.values() for i, e in enumerate(pair)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from . import layout
 from .programs import SUPPORTED_ARCHS, Program, program_by_key
 
 PASSES = ("fwd", "bwd")
-ENGINES = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
+ENGINES = cw.ENGINES
 WEIGHTS = ("bf16", "fp32")
 QUALIFIED_WIDTHS = cw.QUALIFIED_WIDTHS
 MAX_HIDDEN = 16384

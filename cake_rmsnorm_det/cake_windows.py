@@ -61,22 +61,26 @@ MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
 
 H200 = "NVIDIA H200"
 
+# The two engines of each pass, first (below an engine edge) and second (above it).
+ENGINES = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
+
 
 def _bracket(pass_: str, hidden: int, low: str, high: str, note: str) -> Evidence:
     return Evidence(measured=True, gpu=H200, sms=132, date="2026-12-02",
                     below=f"{pass_}_h{hidden} {low}", above=f"{pass_}_h{hidden} {high}", ratio=note,
-                    note="bench/variants.py (CUPTI kernel-active, cold L2, median of 30); the edge lies "
+                    note="bench/engines.py (CUPTI kernel-active, cold L2, median of 30); the edge lies "
                          "between the two measured token counts")
 
 
 # (arch, pass, H, weight) -> (last row count of the first engine, evidence). Keys absent here run
-# one engine: backward direct, forward regs (generic forward: l1). The edges were measured on the
-# plain rows and serve the residual rows too (not measured apart); a backward width whose ring
-# slots do not fit a CTA with the residual (H 5120) runs direct throughout (cake_jit). Measured with bench/engines.py:
+# one engine: backward direct, forward regs (generic forward: l1). Measured with bench/engines.py:
 # both engines at T = 512 .. 65536 (bwd) and 256 .. 65536 (fwd); docs/bench/2026-12-02-h200-engines.json
 # (BF16 weight) and -engines-fp32.json (FP32 weight, forward: FP32 slices take twice the registers).
+# The edges were measured on the plain rows and serve the residual rows too (not measured apart);
+# a backward width whose ring slots do not fit a CTA with the residual (H 5120) runs direct
+# throughout (cake_jit).
 def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16") -> tuple[int, Evidence]:
-    first, second = ("direct", "ring") if pass_ == "bwd" else ("regs", "l1")
+    first, second = ENGINES[pass_]
     return at, _bracket(pass_, hidden, first, second, f"{weight} weight: {second}/{first} = {below} at T={at}, "
                         f"{above} at the next token count measured")
 
