@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
-#                            [cakebench] [variants] [engines] [ncu]
+#                            [cakebench] [variants] [engines] [fwdlaunch] [ncu]
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
+# fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
@@ -46,7 +47,8 @@ fi
 if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/accuracy.err"; tail -3 "$LOG/accuracy.md"; fi
 if has bench; then
   Q=""; has quick && Q="--quick"; has plain && Q="$Q --plain-only"
-  timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q --out "$LOG/bench" > "$LOG/bench.log" 2>&1
+  C=""; [[ -n $COMPARE ]] && C="--compare $COMPARE"  # an earlier results.json to print beside
+  timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q $C --out "$LOG/bench" > "$LOG/bench.log" 2>&1
   tail -3 "$LOG/bench.log"
   python3 - "$LOG/bench/results.jsonl" <<'PY'
 import json, sys
@@ -59,12 +61,15 @@ PY
 fi
 if has cakebench; then
   timeout "$(left)" python3 -m cake_rmsnorm_det.bench --quick --no-baselines --out "$LOG/cakebench" \
-    --compare docs/bench/2026-12-02-h200-quick.json > "$LOG/cakebench.log" 2>&1
+    --compare docs/bench/2026-12-02-h200-r9-quick-cake.json > "$LOG/cakebench.log" 2>&1
   grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
 fi
 if has variants; then
   OLD=""; [[ -d .variants/old ]] && OLD="--old .variants/old"
-  timeout "$(left)" python3 bench/variants.py $OLD --out "$LOG/variants" 2>&1 | tee "$LOG/variants.log" | grep -v "^building"
+  timeout "$(left)" python3 bench/variants.py $OLD $VARIANT_ARGS --out "$LOG/variants" 2>&1 | tee "$LOG/variants.log" | grep -v "^building"
+fi
+if has fwdlaunch; then
+  timeout "$(left)" python3 bench/fwd_launch.py --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
 fi
 if has engines; then
   timeout "$(left)" python3 bench/engines.py --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"

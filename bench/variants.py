@@ -94,8 +94,8 @@ class Substitute:
         api.load_program = self.saved
 
 
-def shapes_for(pass_: str, hidden: int) -> list[dict]:
-    ts = (256, 4096, 65536) if pass_ == "bwd" else (1, 256, 4096, 65536)
+def shapes_for(pass_: str, hidden: int, tokens: tuple[int, ...] = ()) -> list[dict]:
+    ts = tokens or ((256, 4096, 65536) if pass_ == "bwd" else (1, 256, 4096, 65536))
     out = [{"label": f"[{t},{hidden}]", "T": t, "H": hidden, "kind": "rows"} for t in ts]
     if hidden == 256:
         out += [{"label": "key [32768,4,256]", "T": 32768, "H": 256, "kind": "key"},
@@ -114,13 +114,18 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", default="bwd,fwd")
     ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
     ap.add_argument("--old", type=Path, help="another source tree to time beside (build.json + files)")
+    ap.add_argument("--old-only", action="store_true", help="time the routed and --old programs only")
+    ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
+    tokens = tuple(int(t) for t in a.tokens.split(",") if t)
     widths = [int(h) for h in a.widths.split(",")]
     vs: list[Variant] = []
     for pass_ in a.passes.split(","):
         for h in widths:
-            if pass_ == "bwd":
+            if a.old_only:
+                pass
+            elif pass_ == "bwd":
                 rpc = layout.rows_per_cta(layout.row_layout(h)[0])
                 vs += [tuned("bwd", h, str(rd)) for rd in (1, 2, 4) if rpc * rd <= 32]
             else:
@@ -140,12 +145,16 @@ def main(argv=None) -> int:
     print(f"{'pass':4s} {'shape':22s} {'variant':24s} {'us':>9s}  bits", flush=True)
     for pass_ in a.passes.split(","):
         for h in widths:
-            for s in shapes_for(pass_, h):
+            for s in shapes_for(pass_, h, tokens):
                 x = bench.make_input(s, device)
                 w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16)
                 g = torch.randn(x.shape, device=device).to(torch.bfloat16)
                 rstd = api.forward(x, w, 1e-6)[1]
                 ref = outputs(pass_, x, w, g, rstd)
+                us = timer(lambda: outputs(pass_, x, w, g, rstd))
+                rows_out.append({"pass": pass_, "shape": s["label"], "variant": "routed", "us": round(us, 3),
+                                 "bits_equal": True})
+                print(f"{pass_:4s} {s['label']:22s} {'routed':24s} {us:9.3f}", flush=True)
                 for v, mod in zip(vs, mods):
                     if v.pass_ != pass_ or v.hidden != h:
                         continue

@@ -31,6 +31,7 @@ class _Knobs(threading.local):
     max_ctas: int = 0
     form: Optional[str] = None
     engine: Optional[str] = None
+    cta_rows: int = 0
 
 
 _knobs = _Knobs()
@@ -68,6 +69,26 @@ def force_engine(engine: str) -> contextlib.AbstractContextManager:
     if engine not in _ENGINES:
         raise ValueError(f"engine must be one of {sorted(_ENGINES)}")
     return _knob("engine", engine)
+
+
+def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
+    """Launch every forward of this thread with `n` rows per CTA (1 .. the rows per CTA of the
+    width's layout) in place of the launch rule (measurements, tests: the bits must not change)."""
+    if n < 1:
+        raise ValueError("rows per CTA must be >= 1")
+    return _knob("cta_rows", int(n))
+
+
+def _sms(device: torch.device) -> int:
+    """SM count of `device`, cached (the forward's launch rule follows it)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    n = _sm_cache.get(index)
+    if n is None:
+        n = _sm_cache[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return n
+
+
+_sm_cache: dict[int, int] = {}
 
 
 def _engine(pass_: str, window_engine: str) -> int:
@@ -301,11 +322,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     rs = _split(rv, d1)
     w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, _sms(x.device))
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), _knobs.max_ctas, _stream(x.device))
+              _engine("fwd", r.window.engine), cta_rows, _knobs.max_ctas, _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 
 

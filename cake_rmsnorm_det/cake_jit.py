@@ -160,6 +160,29 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
     return max(small_rows(hidden), max_chunks * MIN_CHUNK_ROWS), cw.rule_evidence(arch)
 
 
+# The forward's CTA size (forward.cuh): rows side by side per CTA. It changes no bit, so it
+# follows the device. Below FWD_SPREAD_WAVES CTAs per SM at full size, a CTA takes the number of
+# rows that minimises the rows of the busiest SM (ties: the larger CTA): a few rows then spread
+# over many SMs instead of queueing in the row groups of a few CTAs.
+FWD_SPREAD_WAVES = 4
+
+
+def fwd_cta_rows(hidden: int, rows: int, sms: int) -> int:
+    """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs."""
+    rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    if rows <= 0 or sms <= 0 or rows > FWD_SPREAD_WAVES * sms * rpc:
+        return rpc
+
+    def busiest(r: int) -> int:
+        return ceil(ceil(rows / r) / sms) * r
+
+    best = rpc
+    for r in range(rpc - 1, 0, -1):
+        if busiest(r) < busiest(best):
+            best = r
+    return best
+
+
 @dataclass(frozen=True)
 class Route:
     key: RouteKey

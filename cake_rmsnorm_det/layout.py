@@ -62,20 +62,25 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
-                  engine: str = "direct") -> str:
+                  engine: str = "direct", cta_rows: int = 0, sms: int = 0) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
-    occupancy x SM count)."""
+    occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
-    cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
     if pass_ == "fwd":
+        cta_rows = cta_rows or rpc
         wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
-        return f"forward_kernel: {cta}; {wl}; grid ceil(rows/{rpc})"
+        on = f" on {sms} SMs" if sms else ""
+        return (f"forward_kernel: {threads * cta_rows} threads/CTA = {cta_rows} row(s) x {threads} threads x "
+                f"{vpt} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}; grid ceil(rows/{cta_rows})")
     if engine == "ring":
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
                   "ring of bulk copies)")
     else:
         kernel = "backward_direct_kernel (rows a row ahead in registers)"
+        if form != "single":  # no row groups past a chunk's rows (the single form's tail keeps them)
+            rpc = min(rpc, max(chunk_rows, 1))
+    cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
     part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
     if form == "small":
         return f"{kernel} x1 CTA: {cta}; {part}; dw written from registers"

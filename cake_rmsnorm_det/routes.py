@@ -54,6 +54,15 @@ def _weight_name(w: Union[str, torch.dtype]) -> str:
     raise ValueError(f"weight dtype must be bf16 or fp32, got {w!r}")
 
 
+H200_SMS = 132  # what the forward's launch rule is shown for where no GPU is present
+
+
+def _device_sms() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return H200_SMS
+
+
 def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str, torch.dtype] = "bf16",
                   residual: bool = False, arch: Optional[str] = None, heads: int = 1) -> RouteInfo:
     """Explain the route of one call: `tokens` x `heads` rows of width `hidden`.
@@ -61,11 +70,13 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
     ``arch`` defaults to the current GPU's (or $CAKE_RMSNORM_DET_ARCH)."""
     arch = arch or current_arch()
     rows = int(tokens) * int(heads)
+    sms = _device_sms()
     r = cake_jit.route(arch, pass_, hidden, _weight_name(weight_dtype), residual, rows)
     return RouteInfo(
         key=str(r.key), rows=rows, window=r.window.text(), program=r.program.name,
         program_key=r.program.key, form=r.window.form, engine=r.window.engine,
-        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine),
+        launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine,
+                             cake_jit.fwd_cta_rows(hidden, rows, sms) if pass_ == "fwd" else 0, sms),
         evidence=r.window.evidence, built=find_built(r.program, arch) is not None)
 
 

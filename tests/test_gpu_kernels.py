@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import cake_rmsnorm_det as crd
-from cake_rmsnorm_det import cake_jit, reference as ref
+from cake_rmsnorm_det import cake_jit, layout, reference as ref
 from cake_rmsnorm_det.programs import current_arch
 
 from helpers import QUALIFIED, assert_close_bf16, assert_dx_close, bits_equal, make, run_backward, run_forward
@@ -163,6 +165,37 @@ def test_engines_agree(hidden, variant, device):
             assert not torch.isnan(dw).any() and not torch.isnan(rstd).any(), f"{be}: unwritten output"
         for name, a, b in zip(("y", "rstd", "dx", "dw"), outs["direct"], outs["ring"]):
             assert bits_equal(a, b), f"{name} differs between engines at {rows} rows ({variant})"
+
+
+@pytest.mark.parametrize("hidden", QUALIFIED + (1000,))
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
+def test_forward_cta_sizes_agree(hidden, variant, device):
+    """Rows per CTA move time, never bits: every CTA size the forward can launch gives the rule's
+    y, h_new and rstd, into poisoned outputs, also under a CTA cap (grid stride)."""
+    residual = variant == "res_fp32w"
+    wdtype = torch.float32 if residual else torch.bfloat16
+    if variant == "query_view" and hidden != 256:
+        pytest.skip("the strided view is a width-256 layout")
+    rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    for rows in (1, 5, 300, 5001):
+        x, r, w, _, _ = make(rows, hidden, wdtype, residual, device, seed=rows + hidden)
+        if variant == "query_view":
+            x = torch.randn(rows, 3, 512, device=device).to(torch.bfloat16)[:, :, :256]
+        base = run_forward(x, w, EPS, r)
+        for cta_rows in sorted({1, max(1, rpc // 2), max(1, rpc - 1), rpc}):
+            for cap in (0, 3):
+                with crd.force_cta_rows(cta_rows), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                    out = run_forward(x, w, EPS, r)
+                for name, a, b in zip(("y", "h_new", "rstd"), base, out):
+                    assert a is None or bits_equal(a, b), \
+                        f"{name} differs at {rows} rows: {cta_rows} rows/CTA, cap {cap}"
+
+
+def test_forward_cta_size_is_checked(device):
+    x = torch.randn(4, 256, device=device).to(torch.bfloat16)
+    w = torch.ones(256, device=device, dtype=torch.bfloat16)
+    with crd.force_cta_rows(17), pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # 16 rows of H 256 fill a CTA
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (8192,))

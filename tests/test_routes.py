@@ -176,3 +176,19 @@ def test_python_layout_mirrors_the_header(tmp_path):
         assert layout.rows_per_cta(bt) == rpc, h
         assert bt * bv * 8 >= h and ft * fv * 8 >= h and bt % 32 == 0 and ft % 32 == 0
         assert bv <= 2 and fv <= 4
+
+
+@pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))
+def test_forward_cta_rows_rule(hidden):
+    """Rows per CTA: within the layout's CTA, full CTAs at large token counts, and never more rows
+    on the busiest SM than full CTAs put there."""
+    rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    for sms in (8, 132, 148):
+        for rows in (1, 2, 15, 16, 100, 257, 1024, 5000, 65536, 10**6):
+            cta_rows = cake_jit.fwd_cta_rows(hidden, rows, sms)
+            assert 1 <= cta_rows <= rpc
+            busiest = ceil(ceil(rows / cta_rows) / sms) * cta_rows
+            assert busiest <= ceil(ceil(rows / rpc) / sms) * rpc
+            if rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
+                assert cta_rows == rpc
+    assert cake_jit.fwd_cta_rows(hidden, 1, 132) == 1  # one row: a one-row CTA

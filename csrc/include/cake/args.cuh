@@ -20,6 +20,7 @@ struct ForwardArgs {
   double eps;
   bool weight_fp32;
   int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
+  int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };

@@ -41,9 +41,23 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
   a.stages = a.engine == kRing ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD))
                                : 0;
   if (a.stages == 0) {  // the direct engine, asked for or in place of a ring that does not fit
-    auto kernel = backward_direct_kernel<HC, WT, RES>;
-    const size_t smem = size_t(rpc - 1) * size_t(a.hidden) * sizeof(double);
-    return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
+    // No idle row groups, except in the single form: its last CTA sweeps the columns blockDim.x at
+    // a time, and fewer threads would make that sweep longer than the groups saved.
+    const int groups = a.chunk_rows < rpc && a.form != kSingle ? static_cast<int>(a.chunk_rows) : rpc;
+    const size_t smem = size_t(groups - 1) * size_t(a.hidden) * sizeof(double);
+    // widths of one row group per CTA never cut; the generic program reads its groups at run time
+    constexpr bool kCuts = HC == 0 || rows_per_cta(row_layout(HC > 0 ? HC : 8).threads) > 1;
+    if constexpr (kCuts) {
+      if (HC == 0 || groups < rpc) {
+        auto kernel = backward_direct_kernel<HC, WT, RES, true>;
+        return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, groups * L.threads, smem);
+      }
+    }
+    if constexpr (HC > 0) {
+      auto kernel = backward_direct_kernel<HC, WT, RES, false>;
+      return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
+    }
+    return cudaErrorInvalidValue;  // not reached: the generic program always takes the branch above
   }
   const size_t smem = static_cast<size_t>(StagePlan::make(a.hidden, rpc, rpc * RD, N, a.stages).total);
   auto kernel = backward_ring_kernel<HC, WT, RES, RD>;

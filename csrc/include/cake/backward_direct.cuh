@@ -16,12 +16,16 @@
 namespace cake {
 
 // A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H)).
-// Within a chunk its RPC row groups walk the rows, each thread accumulating g*x*rstd for its
+// Within a chunk its row groups walk the rows, each thread accumulating g*x*rstd for its
 // fixed columns in FP64 registers; finish_chunk combines the groups and writes the partial.
-template <int HC, typename WT, bool RES>
+// CUT: the CTA holds fewer row groups than rows_per_cta (blockDim.x / row threads; the launcher
+// cuts them to a chunk's rows): groups past a chunk's rows would only add zeros (+0.0 leaves every
+// sum as it is), so the cut changes no bit. Uncut, the group count stays a compile-time constant.
+template <int HC, typename WT, bool RES, bool CUT>
 __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
-  const Geom G = Geom::make<HC>(a.hidden);
+  Geom G = Geom::make<HC>(a.hidden);
+  if constexpr (CUT) G.rpc = static_cast<int>(blockDim.x) / G.threads;
   constexpr int VMAX = Geom::vmax<HC>();
   constexpr int N = RES ? 3 : 2;
   constexpr bool kWRegs = HC > 0;

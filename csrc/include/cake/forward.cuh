@@ -13,16 +13,19 @@
 
 namespace cake {
 
-// HC: compile-time width (0 = read from args). A CTA holds RPC rows side by side, each thread
-// up to four 16-byte slices of its row, all loaded before the first use. The grid covers the
-// rows once (CTAs retire and the hardware backfills); with a CTA cap it strides.
+// HC: compile-time width (0 = read from args). A CTA holds up to RPC rows side by side (the
+// launch picks how many: blockDim.x / row threads), each thread up to four 16-byte slices of its
+// row, all loaded before the first use. The grid covers the rows once (CTAs retire and the
+// hardware backfills); with a CTA cap it strides.
 // WREGS: weight slices loaded into registers before the first row (they travel with the first
 // row's loads: the engine of few rows), else re-read from L1 after each row's reduction (fewer
 // registers, more CTAs per SM: the engine of many rows at some widths).
+// A row is reduced in the same canonical order whatever the CTA size or grid: no bit depends on them.
 template <int HC, typename WT, bool RES, bool WREGS>
 __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs a) {
   using Geom = RowGeom<true>;
-  const Geom G = Geom::make<HC>(a.hidden);
+  Geom G = Geom::make<HC>(a.hidden);
+  G.rpc = static_cast<int>(blockDim.x) / G.threads;
   constexpr int VMAX = Geom::vmax<HC>();
   constexpr int N = RES ? 2 : 1;
   const WT* wp = static_cast<const WT*>(a.w);
@@ -84,17 +87,20 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
   }
 }
 
+// The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their
+// rows over more, smaller CTAs); 0 means rows_per_cta rows.
 template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
-  const int threads = rpc * L.threads;
+  if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
+  const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
   auto kernel = forward_kernel<HC, WT, RES, WREGS>;
-  int64_t blocks = (a.rows + rpc - 1) / rpc;
+  int64_t blocks = (a.rows + cta_rows - 1) / cta_rows;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   if (blocks < 1) return cudaSuccess;
-  kernel<<<static_cast<unsigned>(blocks), threads, 0, a.stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), cta_rows * L.threads, 0, a.stream>>>(a);
   return cudaGetLastError();
 }
 
