@@ -72,7 +72,7 @@ if has fwdlaunch; then
   timeout "$(left)" python3 bench/fwd_launch.py --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
 fi
 if has engines; then
-  timeout "$(left)" python3 bench/engines.py --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
+  timeout "$(left)" python3 bench/engines.py $ENGINE_ARGS --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
 fi
 if has ncu; then
   timeout "$(left)" ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats \

@@ -31,7 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
     ap.add_argument("--passes", default="bwd,fwd")
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--tokens", default="", help="token counts to time (default: the pass's TOKENS)")
     a = ap.parse_args(argv)
+    tokens = tuple(int(t) for t in a.tokens.split(",") if t)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
     for pass_ in a.passes.split(","):
         e1, e2 = PAIRS[pass_]
         for h in map(int, a.widths.split(",")):
-            for t in TOKENS[pass_]:
+            for t in tokens or TOKENS[pass_]:
                 x = torch.randn(t, h, device=dev).to(torch.bfloat16)
                 w = (torch.rand(h, device=dev) + 0.5).to(wdtype)
                 g = torch.randn_like(x)
