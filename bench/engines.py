@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--tokens", default="", help="token counts to time (default: the pass's TOKENS)")
     a = ap.parse_args(argv)
-    tokens = tuple(int(t) for t in a.tokens.split(",") if t)
+    tokens = bench.int_list(a.tokens)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)

@@ -20,7 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cake_rmsnorm_det as crd  # noqa: E402
-from cake_rmsnorm_det import api, bench, cake_jit, layout  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
+from cake_rmsnorm_det.programs import sm_count  # noqa: E402
 
 TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 
@@ -34,12 +35,12 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)
-    sms = api._sms(dev)
+    sms = sm_count(dev)
     rows, bad = [], 0
     print(f"{'shape':16s} {'rows/CTA':>8s} {'rule us':>9s} {'full us':>9s}  rule/full", flush=True)
-    for h in map(int, a.widths.split(",")):
+    for h in bench.int_list(a.widths):
         rpc = layout.rows_per_cta(layout.fwd_row_layout(h)[0])
-        for t in map(int, a.tokens.split(",")):
+        for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
             w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
             rule = cake_jit.fwd_cta_rows(h, t, sms)

@@ -118,17 +118,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
-    tokens = tuple(int(t) for t in a.tokens.split(",") if t)
+    tokens = bench.int_list(a.tokens)
     widths = [int(h) for h in a.widths.split(",")]
     vs: list[Variant] = []
     for pass_ in a.passes.split(","):
         for h in widths:
-            if a.old_only:
-                pass
-            elif pass_ == "bwd":
+            if not a.old_only and pass_ == "bwd":
                 rpc = layout.rows_per_cta(layout.row_layout(h)[0])
                 vs += [tuned("bwd", h, str(rd)) for rd in (1, 2, 4) if rpc * rd <= 32]
-            else:
+            elif not a.old_only:
                 vs += [tuned("fwd", h, wr) for wr in ("true", "false")]
             if a.old:
                 vs.append(old_tree(pass_, h, a.old))

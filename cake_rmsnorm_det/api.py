@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import torch
 
 from . import cake_jit
-from .programs import current_arch, load_program
+from .programs import current_arch, load_program, sm_count
 
 _FORMS = {"pair": 0, "single": 1, "small": 2}
 # Engine name -> launch argument: its place in its pass's pair (args.cuh's engine enums).
@@ -77,18 +77,6 @@ def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
     if n < 1:
         raise ValueError("rows per CTA must be >= 1")
     return _knob("cta_rows", int(n))
-
-
-def _sms(device: torch.device) -> int:
-    """SM count of `device`, cached (the forward's launch rule follows it)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_cache.get(index)
-    if n is None:
-        n = _sm_cache[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return n
-
-
-_sm_cache: dict[int, int] = {}
 
 
 def _engine(pass_: str, window_engine: str) -> int:
@@ -322,7 +310,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     rs = _split(rv, d1)
     w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
-    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, _sms(x.device))
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device))
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,

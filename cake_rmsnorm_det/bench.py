@@ -25,6 +25,11 @@ WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 TOKENS = (1, 16, 256, 1024, 4096, 16384, 65536)
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers ("" -> ()), for the bench scripts' --tokens/--widths."""
+    return tuple(int(t) for t in text.split(",") if t)
+
+
 def shapes(quick: bool) -> list[dict]:
     out = []
     ts = (1, 256, 4096, 65536) if quick else TOKENS

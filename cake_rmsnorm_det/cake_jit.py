@@ -8,6 +8,7 @@ key cover (0, inf) without gap or overlap; the edges and their evidence live in 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 
 from . import cake_windows as cw
@@ -167,6 +168,7 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
 FWD_SPREAD_WAVES = 4
 
 
+@lru_cache(maxsize=4096)
 def fwd_cta_rows(hidden: int, rows: int, sms: int) -> int:
     """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs."""
     rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])

@@ -339,6 +339,21 @@ def current_arch(device: Any = None) -> str:
     return arch_of_capability(torch.cuda.get_device_capability(device))
 
 
+@lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: Any = None) -> int:
+    """SM count of a CUDA device (default: the current one), cached per device."""
+    import torch
+
+    index = torch.device(device).index if device is not None else None
+    return _sm_count(index if index is not None else torch.cuda.current_device())
+
+
 def _arch_list_value(arch: str) -> str:
     major, minor = SUPPORTED_ARCHS[arch]
     return f"{major}.{minor}a"  # tvm-ffi turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import torch
 
 from . import cake_jit
-from .programs import SUPPORTED_ARCHS, current_arch, find_built
+from .programs import SUPPORTED_ARCHS, current_arch, find_built, sm_count
 from .layout import launch_config
 
 
@@ -57,12 +57,6 @@ def _weight_name(w: Union[str, torch.dtype]) -> str:
 H200_SMS = 132  # what the forward's launch rule is shown for where no GPU is present
 
 
-def _device_sms() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return H200_SMS
-
-
 def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str, torch.dtype] = "bf16",
                   residual: bool = False, arch: Optional[str] = None, heads: int = 1) -> RouteInfo:
     """Explain the route of one call: `tokens` x `heads` rows of width `hidden`.
@@ -70,7 +64,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
     ``arch`` defaults to the current GPU's (or $CAKE_RMSNORM_DET_ARCH)."""
     arch = arch or current_arch()
     rows = int(tokens) * int(heads)
-    sms = _device_sms()
+    sms = sm_count() if torch.cuda.is_available() else H200_SMS
     r = cake_jit.route(arch, pass_, hidden, _weight_name(weight_dtype), residual, rows)
     return RouteInfo(
         key=str(r.key), rows=rows, window=r.window.text(), program=r.program.name,
