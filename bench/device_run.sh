@@ -61,11 +61,11 @@ PY
 fi
 if has cakebench; then
   timeout "$(left)" python3 -m cake_rmsnorm_det.bench --quick --no-baselines --out "$LOG/cakebench" \
-    --compare docs/bench/2026-12-02-h200-r9-quick-cake.json > "$LOG/cakebench.log" 2>&1
+    --compare docs/bench/2026-12-02-h200-r10-quick-cake.json > "$LOG/cakebench.log" 2>&1
   grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
 fi
 if has variants; then
-  OLD=""; [[ -d .variants/old ]] && OLD="--old .variants/old"
+  OLD=""; for d in .variants/*/; do [[ -f $d/build.json ]] && OLD="$OLD --old ${d%/}"; done  # every carried tree
   timeout "$(left)" python3 bench/variants.py $OLD $VARIANT_ARGS --out "$LOG/variants" 2>&1 | tee "$LOG/variants.log" | grep -v "^building"
 fi
 if has fwdlaunch; then
@@ -74,10 +74,11 @@ fi
 if has engines; then
   timeout "$(left)" python3 bench/engines.py $ENGINE_ARGS --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
 fi
-if has ncu; then
+if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
   timeout "$(left)" ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
-    -k regex:'forward_kernel|backward_(direct|ring)_kernel' python3 bench/probe.py > "$LOG/ncu.txt" 2>&1
-  grep -E "^  [a-z_]+kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|stalled|Registers Per|Achieved Occupancy" "$LOG/ncu.txt" \
-    | sed -E 's/ +/ /g' | cut -c1-220 | head -120
+    --section InstructionStats --section LaunchStats \
+    -k regex:"${NCU_KERNELS:-forward_kernel|backward_(direct|ring)_kernel}" python3 bench/probe.py $PROBE_ARGS > "$LOG/ncu.txt" 2>&1
+  grep -E "^  [a-zA-Z_]+(kernel|triton)|^  triton|Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Achieved Occupancy|Block Size|Grid Size|stalled" "$LOG/ncu.txt" \
+    | sed -E 's/ +/ /g' | cut -c1-160 | head -150
 fi
 if has sanitize; then timeout "$(left)" bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi

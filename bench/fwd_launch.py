@@ -1,16 +1,19 @@
-"""The forward's CTA size rule against full CTAs, side by side over token counts (GPU).
+"""The forward's launch rule against the launches it chooses between, over token counts (GPU).
 
     python bench/fwd_launch.py [--out DIR] [--widths 256,512,...] [--tokens 1,16,...]
 
 For each width and token count the forward is timed (the benchmark's method: CUPTI
-kernel-active time, cold L2, median of 30) with the rule's rows per CTA (cake_jit.fwd_cta_rows)
-and with full CTAs (rows_per_cta rows, the launch before the rule). Both launches' y and rstd are
-compared bit for bit: the CTA size may never change a bit.
+kernel-active time, cold L2, median of 30) as the package launches it (cake_jit.fwd_cta_rows,
+and the launcher's choice of wide rows), with narrow rows and with wide rows (each at the rows per
+CTA of cake_jit.fwd_cta_rows for that width of row), and with narrow full CTAs (rows_per_cta rows,
+the launch before the rules). The route's engine is kept, but wide rows are timed with weights in
+registers (the only engine that has them). Every launch's y and rstd are compared bit for bit: the launch may never change a bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -23,7 +26,7 @@ import cake_rmsnorm_det as crd  # noqa: E402
 from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
 from cake_rmsnorm_det.programs import sm_count  # noqa: E402
 
-TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+TOKENS = (1, 16, 64, 132, 256, 528, 1024, 4096)
 
 
 def main(argv=None) -> int:
@@ -37,29 +40,48 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     sms = sm_count(dev)
     rows, bad = [], 0
-    print(f"{'shape':16s} {'rows/CTA':>8s} {'rule us':>9s} {'full us':>9s}  rule/full", flush=True)
+    print(f"{'shape':16s} {'route':>12s} {'shipped':>8s} {'narrow':>8s} {'wide':>8s} {'full':>8s}  wide/narrow",
+          flush=True)
     for h in bench.int_list(a.widths):
         rpc = layout.rows_per_cta(layout.fwd_row_layout(h)[0])
+        has_wide = cake_jit.fwd_has_wide(h)
         for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
             w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
-            rule = cake_jit.fwd_cta_rows(h, t, sms)
+            engine = crd.explain_route("fwd", h, t).engine
+            launches = {"rule": contextlib.nullcontext,
+                        "narrow": lambda: crd.force_wide(False),
+                        "full": lambda: _stack(crd.force_wide(False), crd.force_cta_rows(rpc))}
+            if has_wide:
+                launches["wide"] = lambda: _stack(crd.force_wide(True), crd.force_engine("regs"),
+                                                  crd.force_cta_rows(cake_jit.fwd_cta_rows(h, t, sms, True)))
             us, outs = {}, {}
-            for name, n in (("rule", rule), ("full", rpc)):
-                with crd.force_cta_rows(n):
+            for name, ctx in launches.items():
+                with ctx():
                     outs[name] = [o.clone() for o in crd.forward(x, w, 1e-6)]
                     us[name] = timer(lambda: crd.forward(x, w, 1e-6))
-            if not all(torch.equal(p, q) for p, q in zip(outs["rule"], outs["full"])):
+            if not all(torch.equal(p, q) for n in outs for p, q in zip(outs["rule"], outs[n])):
                 bad += 1
                 print(f"  BITS DIFFER: [{t},{h}]", flush=True)
-            rows.append({"T": t, "H": h, "cta_rows": {"rule": rule, "full": rpc}, "us": us})
-            print(f"[{t},{h}]{'':{max(0, 14 - len(str(t)) - len(str(h)))}s} {rule:>4d}/{rpc:<3d} {us['rule']:9.3f} "
-                  f"{us['full']:9.3f}  {us['rule'] / us['full']:.3f}", flush=True)
+            rule = f"{engine}/{cake_jit.fwd_cta_rows(h, t, sms)}"
+            rows.append({"T": t, "H": h, "rule": rule, "engine": engine, "us": us})
+            wn = f"{us['wide'] / us['narrow']:.3f}" if "wide" in us else "-"
+            shape = f"[{t},{h}]"
+            print(f"{shape:16s} {rule:>12s} {us['rule']:8.3f} {us['narrow']:8.3f} {us.get('wide', float('nan')):8.3f} "
+                  f"{us['full']:8.3f}  {wn}", flush=True)
             del x
     Path(a.out).mkdir(parents=True, exist_ok=True)
     Path(a.out, "fwd-launch.json").write_text(json.dumps(rows, indent=1))
     print(f"bits: {'all equal' if bad == 0 else f'{bad} launches differ'}")
     return 1 if bad else 0
+
+
+@contextlib.contextmanager
+def _stack(*ctxs):
+    with contextlib.ExitStack() as st:
+        for c in ctxs:
+            st.enter_context(c)
+        yield
 
 
 if __name__ == "__main__":

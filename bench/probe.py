@@ -1,27 +1,43 @@
 """A few calls for Nsight Compute to profile (GPU): small and large rows of both passes.
 
     ncu --clock-control none --section WarpStateStats -k regex:'forward_kernel|backward_(direct|ring)_kernel' \
-        python bench/probe.py
+        python bench/probe.py [--shapes 1x4096,256x4096,65536x4096] [--passes fwd,bwd] [--peers]
 
-Each shape is called twice (the first loads the program); a flush of L2 precedes every call,
-and Nsight Compute's own cache control keeps the profiled launch cold as well.
+Each shape is called twice per contender (the first loads the program or compiles the peer); a
+flush of L2 precedes every call, and Nsight Compute's own cache control keeps the profiled launch
+cold as well. --peers adds torch.compile and Liger (the benchmark's contenders; widen the -k
+filter to 'triton|rms_norm' to profile their kernels beside ours).
 """
+
+import argparse
+import sys
+from pathlib import Path
 
 import torch
 
-import cake_rmsnorm_det as crd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cake_rmsnorm_det import bench  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--shapes", default="1x4096,256x4096,65536x4096", help="TxH,TxH,...")
+ap.add_argument("--passes", default="fwd,bwd")
+ap.add_argument("--peers", action="store_true", help="also call torch.compile and Liger")
+a = ap.parse_args()
 dev = torch.device("cuda")
 flush = torch.empty(512 * 2**20, dtype=torch.int8, device=dev)
 torch.manual_seed(0)
-for rows, hidden in ((1, 4096), (256, 4096), (65536, 4096)):
+for shape in a.shapes.split(","):
+    rows, hidden = (int(v) for v in shape.split("x"))
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     w = (torch.rand(hidden, device=dev) + 0.5).to(torch.bfloat16)
     g = torch.randn_like(x)
-    for _ in range(2):
-        flush.bitwise_not_()
-        y, rstd = crd.forward(x, w, 1e-6)
-        flush.bitwise_not_()
-        crd.backward(g, x, w, rstd)
+    for pass_ in a.passes.split(","):
+        calls = bench.contenders(pass_, x, w, g, 1e-6, None, include_baselines=a.peers)
+        for name, call in calls.items():
+            if name in ("cake", "compile", "liger"):
+                for _ in range(2):
+                    flush.bitwise_not_()
+                    call()
 torch.cuda.synchronize()
 print("probe done")

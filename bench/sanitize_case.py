@@ -1,9 +1,11 @@
-"""One small call of each form and engine (forward regs/l1; backward direct/ring in the small,
-single and pair forms; residual; a strided view; a generic width), for compute-sanitizer."""
+"""One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
+direct/ring in the small, single and pair forms; residual; a strided view; a generic width), for
+compute-sanitizer."""
 
 import torch
 
 import cake_rmsnorm_det as crd
+from cake_rmsnorm_det import cake_jit
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
@@ -12,6 +14,9 @@ for hidden, rows in ((256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (
     r = torch.randn_like(x)
     w = torch.rand(hidden, device=dev) + 0.5
     g = torch.randn_like(x)
+    for wide in (False, True) if cake_jit.fwd_has_wide(hidden) else (False,):
+        with crd.force_engine("regs"), crd.force_wide(wide):
+            crd.forward(x, w, 1e-6, residual=r)
     for fe, be in (("regs", "direct"), ("l1", "ring")):
         with crd.force_engine(fe):
             y, h, rstd = crd.forward(x, w, 1e-6, residual=r)

@@ -6,10 +6,10 @@ A variant is a one-line program body (an instantiation of the pass's launcher wi
 arguments, e.g. ``launch_backward_width<4096, 1>`` for ring row depth 1, or
 ``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1) built beside the routed
 programs and put in the place of the routed program of its key while its shapes are timed, with
-the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` adds the
-programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier commit's.
-Every variant's outputs are compared bit for bit with the routed program's: tuning arguments
-must never change a bit.
+the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` (repeatable)
+adds the programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier
+commit's, labelled ``@<DIR's name>``. Every variant's outputs are compared bit for bit with the
+routed program's: tuning arguments must never change a bit (other trees' bits are reported only).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def tuned(pass_: str, hidden: int, args: str) -> Variant:
 def old_tree(pass_: str, hidden: int, tree: Path) -> Variant:
     rec = json.loads((tree / "build.json").read_text())["programs"]
     p = next(r for r in rec if r["key"] == f"{pass_}_h{hidden}")
-    return Variant(f"{pass_}_h{hidden}@old", pass_, hidden, (tree / Path(p["kernel"]).name).read_text(),
+    return Variant(f"{pass_}_h{hidden}@{tree.name}", pass_, hidden, (tree / Path(p["kernel"]).name).read_text(),
                    (tree / Path(p["binding"]).name).read_text(), str(tree / "include"))
 
 
@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--passes", default="bwd,fwd")
     ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
-    ap.add_argument("--old", type=Path, help="another source tree to time beside (build.json + files)")
+    ap.add_argument("--old", type=Path, action="append", default=[],
+                    help="another source tree to time beside (build.json + files); repeatable")
     ap.add_argument("--old-only", action="store_true", help="time the routed and --old programs only")
     ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
@@ -128,8 +129,7 @@ def main(argv=None) -> int:
                 vs += [tuned("bwd", h, str(rd)) for rd in (1, 2, 4) if rpc * rd <= 32]
             elif not a.old_only:
                 vs += [tuned("fwd", h, wr) for wr in ("true", "false")]
-            if a.old:
-                vs.append(old_tree(pass_, h, a.old))
+            vs += [old_tree(pass_, h, tree) for tree in a.old]
     print(f"building {len(vs)} variants", flush=True)
     with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as ex:
         libs = list(ex.map(build, vs, [a.out] * len(vs)))
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
                           flush=True)
                 del x, g
     Path(a.out, "variants.json").write_text(json.dumps(rows_out, indent=1))
-    return 0 if all(r["bits_equal"] for r in rows_out if "@old" not in r["variant"]) else 1
+    return 0 if all(r["bits_equal"] for r in rows_out if "@" not in r["variant"]) else 1
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from .programs import current_arch, load_program, sm_count
 _FORMS = {"pair": 0, "single": 1, "small": 2}
 # Engine name -> launch argument: its place in its pass's pair (args.cuh's engine enums).
 _ENGINES = {e: i for pair in cake_jit.ENGINES.values() for i, e in enumerate(pair)}
+_WIDE_ROWS = {False: 0, True: 1, None: 2}  # forward.cuh's ForwardRows: narrow, wide, the launcher's choice
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,6 +33,7 @@ class _Knobs(threading.local):
     form: Optional[str] = None
     engine: Optional[str] = None
     cta_rows: int = 0
+    wide: Optional[bool] = None
 
 
 _knobs = _Knobs()
@@ -77,6 +79,14 @@ def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
     if n < 1:
         raise ValueError("rows per CTA must be >= 1")
     return _knob("cta_rows", int(n))
+
+
+def force_wide(on: bool) -> contextlib.AbstractContextManager:
+    """Launch every forward of this thread with wide rows (one 16-byte slice per thread) or narrow
+    ones in place of the launcher's choice (measurements, tests: the bits must not change). Wide
+    rows exist for the qualified widths of more than one slice per thread, weights in registers
+    (force_engine('regs') where the route's window says 'l1')."""
+    return _knob("wide", bool(on))
 
 
 def _engine(pass_: str, window_engine: str) -> int:
@@ -310,12 +320,14 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     rs = _split(rv, d1)
     w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
-    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device))
+    wide = _knobs.wide is True
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), cta_rows, _knobs.max_ctas, _stream(x.device))
+              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], _knobs.max_ctas,
+              _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 
 

@@ -161,17 +161,28 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
     return max(small_rows(hidden), max_chunks * MIN_CHUNK_ROWS), cw.rule_evidence(arch)
 
 
-# The forward's CTA size (forward.cuh): rows side by side per CTA. It changes no bit, so it
-# follows the device. Below FWD_SPREAD_WAVES CTAs per SM at full size, a CTA takes the number of
-# rows that minimises the rows of the busiest SM (ties: the larger CTA): a few rows then spread
-# over many SMs instead of queueing in the row groups of a few CTAs.
+# The forward's launch (forward.cuh): rows per CTA, and narrow or wide rows. Neither changes a
+# bit, so both follow the device.
+# Rows per CTA: below FWD_SPREAD_WAVES CTAs per SM at full size, a CTA takes the number of rows
+# that minimises the rows of the busiest SM (ties: the larger CTA): a few rows then spread over
+# many SMs instead of queueing in the row groups of a few CTAs.
+# Wide rows (one 16-byte slice per thread, a row on threads * vpt threads, one row per CTA)
+# shorten each thread's chain of dependent instructions, which is what sets the time while an SM
+# holds few rows. The launcher picks them (it knows the wide kernel's occupancy): while every row
+# is resident at once and an SM holds at most 8 of them (forward.cuh, kWideRowsPerSm). They exist
+# for the fixed widths of more than one slice per thread and hold their weights in registers.
 FWD_SPREAD_WAVES = 4
 
 
+def fwd_has_wide(hidden: int) -> bool:
+    """Whether the forward program of `hidden` has wide rows (forward.cuh, has_wide)."""
+    return hidden in QUALIFIED_WIDTHS and layout.fwd_row_span(hidden, True) > layout.fwd_row_span(hidden, False)
+
+
 @lru_cache(maxsize=4096)
-def fwd_cta_rows(hidden: int, rows: int, sms: int) -> int:
+def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False) -> int:
     """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs."""
-    rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide))
     if rows <= 0 or sms <= 0 or rows > FWD_SPREAD_WAVES * sms * rpc:
         return rpc
 

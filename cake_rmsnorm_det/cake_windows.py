@@ -97,7 +97,10 @@ _FWD = {
         512: _edge("fwd", 512, 256, "1.007 (2.46 vs 2.45 us)", "0.934 (2.46 vs 2.64 us, T=512)"),
         1536: _edge("fwd", 1536, 2048, "1.011 (6.02 vs 5.95 us)", "0.995 (10.21 vs 10.26 us, T=4096)"),
         4096: _edge("fwd", 4096, 2048, "1.057 (12.86 vs 12.18 us)", "0.931 (19.76 vs 21.22 us, T=4096)"),
-        5120: _edge("fwd", 5120, 1024, "1.046 (10.45 vs 9.99 us)", "0.980 (15.42 vs 15.74 us, T=2048)"),
+        # re-measured with rows per CTA by token count (docs/bench/2026-12-02-h200-r11-engines-fwd.json):
+        # at T = 1024 (512 CTAs of 2 rows) every CTA is resident at once with weights in L1 (4 per SM)
+        # and not with weights in registers (3 per SM)
+        5120: _edge("fwd", 5120, 512, "1.011 (5.73 vs 5.66 us)", "0.973 (6.86 vs 7.06 us, T=768)"),
         6144: _edge("fwd", 6144, 1024, "1.058 (11.31 vs 10.69 us)", "0.898 (16.46 vs 18.34 us, T=2048)"),
     },
     "fp32": {

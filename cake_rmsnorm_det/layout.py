@@ -40,6 +40,12 @@ def fwd_row_layout(hidden: int) -> tuple[int, int]:
     return threads, ceil(vecs / threads)
 
 
+def fwd_row_span(hidden: int, wide: bool) -> int:
+    """Threads of one forward row: the layout's threads, times its vectors per thread when wide."""
+    threads, vpt = fwd_row_layout(hidden)
+    return threads * vpt if wide else threads
+
+
 def rows_per_cta(row_threads: int) -> int:
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
@@ -62,17 +68,23 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
-                  engine: str = "direct", cta_rows: int = 0, sms: int = 0) -> str:
+                  engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
-    occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs)."""
+    occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
+    `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
         cta_rows = cta_rows or rpc
         wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
         on = f" on {sms} SMs" if sms else ""
-        return (f"forward_kernel: {threads * cta_rows} threads/CTA = {cta_rows} row(s) x {threads} threads x "
+        text = (f"forward_kernel: {threads * cta_rows} threads/CTA = {cta_rows} row(s) x {threads} threads x "
                 f"{vpt} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}; grid ceil(rows/{cta_rows})")
+        if wide:
+            text += (f"; or, while every row is resident at once and at most 8 per SM (the launcher's "
+                     f"occupancy query), wide rows: 1 row x {threads * vpt} threads x 1 vec16 per CTA, "
+                     f"weights in registers")
+        return text
     if engine == "ring":
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
                   "ring of bulk copies)")

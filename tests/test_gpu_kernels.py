@@ -170,25 +170,33 @@ def test_engines_agree(hidden, variant, device):
 @pytest.mark.parametrize("hidden", QUALIFIED + (1000,))
 @pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
 def test_forward_cta_sizes_agree(hidden, variant, device):
-    """Rows per CTA move time, never bits: every CTA size the forward can launch gives the rule's
-    y, h_new and rstd, into poisoned outputs, also under a CTA cap (grid stride)."""
+    """Rows per CTA and wide rows move time, never bits: every CTA size of narrow and of wide rows
+    (where built) and the launcher's own choice give the narrow rule's y, h_new and rstd, into
+    poisoned outputs, also under a CTA cap (grid stride)."""
     residual = variant == "res_fp32w"
     wdtype = torch.float32 if residual else torch.bfloat16
     if variant == "query_view" and hidden != 256:
         pytest.skip("the strided view is a width-256 layout")
-    rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    wides = (False, True) if cake_jit.fwd_has_wide(hidden) else (False,)
     for rows in (1, 5, 300, 5001):
         x, r, w, _, _ = make(rows, hidden, wdtype, residual, device, seed=rows + hidden)
         if variant == "query_view":
             x = torch.randn(rows, 3, 512, device=device).to(torch.bfloat16)[:, :, :256]
-        base = run_forward(x, w, EPS, r)
-        for cta_rows in sorted({1, max(1, rpc // 2), max(1, rpc - 1), rpc}):
-            for cap in (0, 3):
-                with crd.force_cta_rows(cta_rows), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
-                    out = run_forward(x, w, EPS, r)
-                for name, a, b in zip(("y", "h_new", "rstd"), base, out):
-                    assert a is None or bits_equal(a, b), \
-                        f"{name} differs at {rows} rows: {cta_rows} rows/CTA, cap {cap}"
+        with crd.force_wide(False):
+            base = run_forward(x, w, EPS, r)
+        auto = run_forward(x, w, EPS, r)  # the launcher's choice
+        for name, a, b in zip(("y", "h_new", "rstd"), base, auto):
+            assert a is None or bits_equal(a, b), f"{name} differs at {rows} rows: launcher's choice"
+        for wide in wides:
+            rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide))
+            for cta_rows in sorted({1, max(1, rpc // 2), max(1, rpc - 1), rpc}):
+                for cap in (0, 3):
+                    with crd.force_cta_rows(cta_rows), crd.force_wide(wide), crd.force_engine("regs"), \
+                            (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                        out = run_forward(x, w, EPS, r)
+                    for name, a, b in zip(("y", "h_new", "rstd"), base, out):
+                        assert a is None or bits_equal(a, b), \
+                            f"{name} differs at {rows} rows: {cta_rows} rows/CTA, wide {wide}, cap {cap}"
 
 
 def test_forward_cta_size_is_checked(device):
@@ -196,6 +204,15 @@ def test_forward_cta_size_is_checked(device):
     w = torch.ones(256, device=device, dtype=torch.bfloat16)
     with crd.force_cta_rows(17), pytest.raises(RuntimeError, match="forward launch"):
         crd.forward(x, w, EPS)  # 16 rows of H 256 fill a CTA
+    x = torch.randn(4, 4096, device=device).to(torch.bfloat16)
+    w = torch.ones(4096, device=device, dtype=torch.bfloat16)
+    with crd.force_wide(True), crd.force_cta_rows(2), pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # a wide row of H 4096 fills a CTA
+    for hidden, engine in ((256, "regs"), (4096, "l1"), (1000, "regs")):  # no wide rows built there
+        x = torch.randn(4, hidden, device=device).to(torch.bfloat16)
+        w = torch.ones(hidden, device=device, dtype=torch.bfloat16)
+        with crd.force_wide(True), crd.force_engine(engine), pytest.raises(RuntimeError, match="forward launch"):
+            crd.forward(x, w, EPS)
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (8192,))

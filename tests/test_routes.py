@@ -192,3 +192,16 @@ def test_forward_cta_rows_rule(hidden):
             if rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
                 assert cta_rows == rpc
     assert cake_jit.fwd_cta_rows(hidden, 1, 132) == 1  # one row: a one-row CTA
+
+
+@pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))
+def test_forward_wide_rows_where_built(hidden):
+    """Wide rows exist for the fixed widths whose narrow threads hold more than one slice and whose
+    wide row fits one CTA; explain_route says so where they do, and their CTA sizes fit a wide row."""
+    threads, vpt = layout.fwd_row_layout(hidden)
+    has = cake_jit.fwd_has_wide(hidden)
+    assert has == (hidden in cake_jit.QUALIFIED_WIDTHS and vpt > 1 and threads * vpt <= 1024)
+    info = routes.explain_route("fwd", hidden, 16, arch="sm_90a")
+    assert ("wide rows" in info.launch) == has
+    for rows in (1, 16, 1000):
+        assert 1 <= cake_jit.fwd_cta_rows(hidden, rows, 132, has) <= layout.rows_per_cta(layout.fwd_row_span(hidden, has))

@@ -21,6 +21,7 @@ struct ForwardArgs {
   bool weight_fp32;
   int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
   int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
+  int wide;                       // kNarrowRows, kWideRows (one slice per thread) or kAutoRows
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };
@@ -28,6 +29,10 @@ struct ForwardArgs {
 // Forward engines: weight slices loaded into registers before the first row, or re-read from L1
 // after each row's reduction.
 enum ForwardEngine : int { kWeightRegs = 0, kWeightL1 = 1 };
+
+// Forward rows: narrow (the canonical threads, up to four slices each), wide (one slice per
+// thread: a row on threads * vpt threads; the same bits), or the launcher's choice between them.
+enum ForwardRows : int { kNarrowRows = 0, kWideRows = 1, kAutoRows = 2 };
 
 // Backward engines: rows into registers a row ahead (direct), or through a shared-memory ring of
 // bulk copies (ring).

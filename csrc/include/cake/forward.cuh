@@ -20,16 +20,23 @@ namespace cake {
 // WREGS: weight slices loaded into registers before the first row (they travel with the first
 // row's loads: the engine of few rows), else re-read from L1 after each row's reduction (fewer
 // registers, more CTAs per SM: the engine of many rows at some widths).
-// A row is reduced in the same canonical order whatever the CTA size or grid: no bit depends on them.
-template <int HC, typename WT, bool RES, bool WREGS>
-__global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs a) {
+// WIDE: each canonical thread's vpt slices are held by vpt threads, one each (a row takes
+// threads * vpt threads): at few rows per SM a thread's chain of dependent instructions, not
+// bandwidth, sets the time, and a wide row's is about vpt times shorter. The canonical thread's
+// sum is rebuilt in shared memory in slice order, so the bits are the narrow rows'.
+// A row is reduced in the same canonical order whatever the CTA size, width of row or grid: no
+// bit depends on them.
+template <int HC, typename WT, bool RES, bool WREGS, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads) forward_kernel(const ForwardArgs a) {
   using Geom = RowGeom<true>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
-  constexpr int VMAX = Geom::vmax<HC>();
+  if constexpr (WIDE) G.widen();
+  constexpr int VMAX = WIDE ? 1 : Geom::vmax<HC>();  // slices per thread
   constexpr int N = RES ? 2 : 1;
   const WT* wp = static_cast<const WT*>(a.w);
   __shared__ double slots[2][kCtaThreads / 32];
+  __shared__ double slices[WIDE ? kMaxCtaThreads : 1];  // wide rows: each thread's slice sum
   const __nv_bfloat16* src[N];
   RowView views[N];
   src[0] = a.x;
@@ -38,9 +45,10 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
     src[N - 1] = a.residual;
     views[N - 1] = a.rv;
   }
-  WeightSlice<WT> w[Geom::wregs<HC, WREGS>()];
+  WeightSlice<WT> w[WIDE ? 1 : Geom::wregs<HC, WREGS>()];
   G.template load_weights<WREGS>(wp, w);
 
+  const double inv_hidden = 1.0 / double(G.hidden);
   int parity = 0;
   const int64_t stride = int64_t(gridDim.x) * G.rpc;
   // The loop count is the same for every thread of the CTA (barriers inside the reduction).
@@ -49,58 +57,113 @@ __global__ void __launch_bounds__(kCtaThreads) forward_kernel(const ForwardArgs 
     const bool live = row < a.rows;
     RowData<VMAX, N> cur;
     cur.load(G, src, views, row, live);
+    // The thread's slices' sums of squares, each a short chain of its own, added in slice order.
     double ss = 0.0;
 #pragma unroll
-    for (int k = 0; k < VMAX; ++k) {
-      if (live && G.owns(k)) {
-        float xf[kVec];
-        unpack(cur.v[0][k], xf);
+    for (int i = 0; i < VMAX; ++i) {
+      if (live && G.holds(i)) {
         if constexpr (RES) {
-          float rf[kVec];
-          unpack(cur.v[N - 1][k], rf);
+          float xf[kVec], rf[kVec];
+          unpack(cur.v[0][i], xf);
+          unpack(cur.v[N - 1][i], rf);
 #pragma unroll
           for (int e = 0; e < kVec; ++e) xf[e] += rf[e];
-          cur.v[0][k] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
-          unpack(cur.v[0][k], xf);
-          store_pack(a.h_out + row * G.hidden + G.col(k), cur.v[0][k]);
+          cur.v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
+          store_pack(a.h_out + row * G.hidden + G.col_of(i), cur.v[0][i]);
         }
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) ss += double(xf[e] * xf[e]);  // BF16 square: exact in FP32
+        ss += pack_squares(cur.v[0][i]);
       }
     }
-    ss = row_allsum(ss, G.warps, &slots[parity][G.group * G.warps]);
+    if constexpr (WIDE) {
+      // Slice 0's thread adds the other slices' sums in slice order (each is 0.0 + its pack's
+      // sum, as in the narrow thread), then only the canonical threads' warps post.
+      slices[threadIdx.x] = ss;
+      __syncthreads();
+      if (G.k0 == 0) {
+        for (int k = 1; k < G.vpt; ++k)
+          if (live && G.owns(k)) ss += slices[threadIdx.x + k * G.threads];
+      }
+      ss = warp_allsum(ss);
+      if (G.k0 == 0) post_warp_sum(ss, &slots[parity][G.group * G.warps], G.warps);
+      __syncthreads();
+      ss = sum_warp_sums(&slots[parity][G.group * G.warps], G.warps);
+    } else {
+      ss = row_allsum(ss, G.warps, &slots[parity][G.group * G.warps]);
+    }
     parity ^= 1;
     if (!live) continue;
-    const float r = float(1.0 / sqrt(ss / double(G.hidden) + a.eps));
-    if (G.t == 0) a.rstd[row] = r;
+    // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
+    // of the FP64 formula's, without FP64 division and square root on every row's critical path.
+    const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
+    if (G.t == 0 && G.k0 == 0) a.rstd[row] = r;
 #pragma unroll
-    for (int k = 0; k < VMAX; ++k) {
-      if (G.owns(k)) {
+    for (int i = 0; i < VMAX; ++i) {
+      if (G.holds(i)) {
         float xf[kVec], wk[kVec], out[kVec];
-        unpack(cur.v[0][k], xf);
-        G.template weight<WREGS>(w, wp, k, wk);
+        unpack(cur.v[0][i], xf);
+        G.template weight<WREGS>(w, wp, i, wk);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
-        store_pack(a.y + row * G.hidden + G.col(k), pack(out));
+        store_pack(a.y + row * G.hidden + G.col_of(i), pack(out));
       }
     }
   }
 }
 
-// The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their
-// rows over more, smaller CTAs); 0 means rows_per_cta rows.
+// Wide rows are built where they can differ from narrow ones (fixed widths of more than one
+// slice per thread, a row within one CTA) and only with weights in registers: the few-rows engine.
+template <int HC>
+constexpr bool has_wide() {
+  return HC > 0 && fwd_row_layout(HC).vpt > 1 && fwd_row_layout(HC).threads * fwd_row_layout(HC).vpt <= kMaxCtaThreads;
+}
+
+// The automatic choice runs rows wide, one per CTA, while every row is resident at once and an SM
+// holds at most kWideRowsPerSm of them; beyond that the narrow rows' fewer threads do the same
+// work with fewer barriers (H200, bench/fwd_launch.py: wide/narrow 0.72-0.89 at T <= 132, 0.87 at
+// [528,4096] and 0.90 at [1024,2048] where all rows fit, 1.07-1.24 at [1024,4096] and [4096,512]).
+constexpr int kWideRowsPerSm = 8;
+
+template <int HC, typename WT, bool RES>
+bool wide_fits(const ForwardArgs& a) {
+  constexpr RowLayout L = fwd_row_layout(HC > 0 ? HC : 8);
+  cudaError_t e;
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true>),
+                                         L.threads * L.vpt, 0, &e);
+  return e == cudaSuccess && a.rows <= resident && a.rows <= int64_t(kWideRowsPerSm) * device_sms();
+}
+
+// The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
+// over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
+// then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
 template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
+  if constexpr (has_wide<HC>()) {
+    if (a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
+      ForwardArgs w = a;
+      w.wide = kWideRows;
+      w.cta_rows = 1;
+      return launch_forward_variant<HC, WT, RES, true>(w);
+    }
+  }
+  const bool wide = a.wide == kWideRows;
+  if (wide && !(has_wide<HC>() && WREGS)) return cudaErrorInvalidValue;
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
-  const int rpc = rows_per_cta(L.threads);
+  const int span = wide ? L.threads * L.vpt : L.threads;  // threads per row
+  const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  auto kernel = forward_kernel<HC, WT, RES, WREGS>;
   int64_t blocks = (a.rows + cta_rows - 1) / cta_rows;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   if (blocks < 1) return cudaSuccess;
-  kernel<<<static_cast<unsigned>(blocks), cta_rows * L.threads, 0, a.stream>>>(a);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(cta_rows * span);
+  if constexpr (has_wide<HC>() && WREGS) {
+    if (wide) {
+      forward_kernel<HC, WT, RES, true, true><<<grid, block, 0, a.stream>>>(a);
+      return cudaGetLastError();
+    }
+  }
+  forward_kernel<HC, WT, RES, WREGS, false><<<grid, block, 0, a.stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -114,11 +177,13 @@ cudaError_t launch_forward_dtype(const ForwardArgs& a) {
                     : launch_forward_variant<HC, __nv_bfloat16, false, WREGS>(a);
 }
 
-// Fixed widths build both weight engines (the route picks per token window); the generic
-// program re-reads its weights from L1 whatever the engine.
+// Fixed widths build both weight engines (the route picks per token window; the automatic wide
+// rows hold their weights in registers whatever the window's engine); the generic program
+// re-reads its weights from L1 whatever the engine.
 template <int HC>
 cudaError_t launch_forward_width(const ForwardArgs& a) {
   if (a.engine != kWeightRegs && a.engine != kWeightL1) return cudaErrorInvalidValue;
+  if (a.wide != kNarrowRows && a.wide != kWideRows && a.wide != kAutoRows) return cudaErrorInvalidValue;
   if constexpr (HC > 0) {
     if (a.engine == kWeightRegs) return launch_forward_dtype<HC, true>(a);
   }

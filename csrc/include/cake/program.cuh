@@ -38,6 +38,18 @@ inline int64_t resident_ctas(const void* kernel, int threads, size_t smem, cudaE
   return n;
 }
 
+// The current device's SM count, cached per device.
+inline int device_sms() {
+  static thread_local int cache[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device >= 0 && device < 64 && cache[device] > 0) return cache[device];
+  int n = 0;
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+  if (device >= 0 && device < 64) cache[device] = n;
+  return n > 0 ? n : 1;
+}
+
 }  // namespace cake
 
 // Defined by each program's kernel file (one of the two, by the program's pass).

@@ -11,6 +11,7 @@ namespace cake {
 template <bool kForward>
 struct RowGeom {
   int hidden, vecs, threads, vpt, rpc, warps, group, t;
+  int k0;  // the first of the canonical thread's slices this thread holds (0 but in wide forward rows)
 
   // Compile-time width HC (> 0) folds the layout into constants; HC = 0 reads it at run time.
   template <int HC>
@@ -26,6 +27,7 @@ struct RowGeom {
     g.warps = L.threads / 32;
     g.group = threadIdx.x / L.threads;
     g.t = threadIdx.x % L.threads;
+    g.k0 = 0;
     return g;
   }
   template <int HC>
@@ -38,25 +40,38 @@ struct RowGeom {
   template <int HC, bool REGS = (HC > 0)>
   __host__ __device__ static constexpr int wregs() { return REGS ? pass_layout<kForward>(HC > 0 ? HC : 8).vpt : 1; }
 
+  // Wide forward rows: the row spread over threads * vpt threads, thread (t, k0) holding slice k0
+  // of canonical thread t (the same vectors and, summed in the canonical order, the same bits).
+  __device__ __forceinline__ void widen() {
+    const int span = threads * vpt;
+    group = threadIdx.x / span;
+    t = threadIdx.x % span % threads;
+    k0 = threadIdx.x % span / threads;
+    rpc = static_cast<int>(blockDim.x) / span;
+  }
+
+  // Slice index i of this thread's registers is the canonical thread's slice k = k0 + i.
   __device__ __forceinline__ int vec(int k) const { return t + k * threads; }
   __device__ __forceinline__ bool owns(int k) const { return k < vpt && vec(k) < vecs; }
   __device__ __forceinline__ int64_t col(int k) const { return int64_t(vec(k)) * kVec; }
+  __device__ __forceinline__ bool holds(int i) const { return owns(k0 + i); }
+  __device__ __forceinline__ int64_t col_of(int i) const { return col(k0 + i); }
 
   template <bool REGS, typename WT, int VW>
   __device__ __forceinline__ void load_weights(const WT* w, WeightSlice<WT> (&wr)[VW]) const {
     if constexpr (REGS) {
 #pragma unroll
-      for (int k = 0; k < VW; ++k)
-        if (owns(k)) wr[k].load(w, col(k));
+      for (int i = 0; i < VW; ++i)
+        if (holds(i)) wr[i].load(w, col_of(i));
     }
   }
   template <bool REGS, typename WT, int VW>
-  __device__ __forceinline__ void weight(const WeightSlice<WT> (&wr)[VW], const WT* w, int k,
+  __device__ __forceinline__ void weight(const WeightSlice<WT> (&wr)[VW], const WT* w, int i,
                                          float (&out)[kVec]) const {
     if constexpr (REGS) {
-      wr[k].get(out);
+      wr[i].get(out);
     } else {
-      load_weight8(w, col(k), out);
+      load_weight8(w, col_of(i), out);
     }
   }
 };
@@ -76,7 +91,7 @@ struct RowData {
       const int64_t o = view[i].offset(row);
 #pragma unroll
       for (int k = 0; k < VMAX; ++k)
-        if (g.owns(k)) v[i][k] = load_stream(p[i] + o + g.col(k));
+        if (g.holds(k)) v[i][k] = load_stream(p[i] + o + g.col_of(k));
     }
   }
 };

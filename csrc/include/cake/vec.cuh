@@ -40,6 +40,21 @@ __device__ __forceinline__ void unpack(const Pack8& v, float (&f)[kVec]) {
   }
 }
 
+// Sum of the squares of a pack's 8 BF16 values in FP64, in a fixed order: the low and the high
+// halves of the four words in two chains of four (short dependent chains: a row's sum of squares
+// is on the critical path of every forward row), then low + high. A BF16 square is exact in FP32
+// and its FP32 -> FP64 widening is exact, so each add rounds once.
+__device__ __forceinline__ double pack_squares(const Pack8& v) {
+  double lo = 0.0, hi = 0.0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float a = lo_bf16(v.u[i]), b = hi_bf16(v.u[i]);
+    lo += double(a * a);
+    hi += double(b * b);
+  }
+  return lo + hi;
+}
+
 // FP32 -> BF16 with round-to-nearest-even (the rounding torch uses for .to(bfloat16)).
 __device__ __forceinline__ Pack8 pack(const float (&f)[kVec]) {
   Pack8 v;
