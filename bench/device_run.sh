@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
-#                            [cakebench] [variants] [engines] [fwdlaunch] [ncu]
+#                            [cakebench] [variants] [engines] [fwdlaunch] [partition] [ncu]
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
 # fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs).
+# partition: bench/partition.py (the backward's dw partition against chunks of 1, 2, 4, 8 rows).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
@@ -61,7 +62,7 @@ PY
 fi
 if has cakebench; then
   timeout "$(left)" python3 -m cake_rmsnorm_det.bench --quick --no-baselines --out "$LOG/cakebench" \
-    --compare docs/bench/2026-12-02-h200-r10-quick-cake.json > "$LOG/cakebench.log" 2>&1
+    --compare docs/bench/2026-12-03-h200-r11-quick-cake.json > "$LOG/cakebench.log" 2>&1
   grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
 fi
 if has variants; then
@@ -70,6 +71,9 @@ if has variants; then
 fi
 if has fwdlaunch; then
   timeout "$(left)" python3 bench/fwd_launch.py --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
+fi
+if has partition; then
+  timeout "$(left)" python3 bench/partition.py $PARTITION_ARGS --out "$LOG/partition" 2>&1 | tee "$LOG/partition.log"
 fi
 if has engines; then
   timeout "$(left)" python3 bench/engines.py $ENGINE_ARGS --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"

@@ -9,7 +9,7 @@ from cake_rmsnorm_det import cake_jit
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
-for hidden, rows in ((256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (1000, 77)):
+for hidden, rows in ((256, 4), (256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (1000, 77)):
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.rand(hidden, device=dev) + 0.5
@@ -20,7 +20,7 @@ for hidden, rows in ((256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (
     for fe, be in (("regs", "direct"), ("l1", "ring")):
         with crd.force_engine(fe):
             y, h, rstd = crd.forward(x, w, 1e-6, residual=r)
-        for form in ("pair", "single") + (("small",) if rows * hidden <= 4096 else ()):
+        for form in ("pair", "single") + (("small",) if cake_jit.dw_partition(rows, hidden)[1] == 1 else ()):
             with crd.force_form(form), crd.force_engine(be):
                 crd.backward(g, h, w, rstd, g)
 buf = torch.randn(33, 24, 512, device=dev).to(torch.bfloat16)

@@ -23,30 +23,43 @@ MAX_HIDDEN = 16384
 INF = None  # an open upper edge
 
 # dw row partition (a function of rows and H alone: never of the device, grid or program).
-# Up to SMALL_ROWS_BUDGET // H rows are one chunk; above, about CHUNK_TARGET(H) chunks.
-SMALL_ROWS_BUDGET = 4096
+# Up to small_rows(H) rows are one chunk (the small form). Above, the rows split into chunks of
+# ceil(rows / dw_max_chunks(rows, H)) rows: a chunk is one CTA's serial walk (each row a chain of
+# dependent steps), and each chunk writes and the reduce reads an FP64 partial row of H. Few
+# rows: many one-row chunks (the rows run side by side, their partials are few bytes); more rows:
+# fewer, longer chunks. The counts are measured (cake_windows.DW_CHUNKS, bench/partition.py).
+SMALL_ROWS = 4
+SMALL_ROWS_BUDGET = 1024  # narrow generic widths: rows of H < 256 keep one chunk up to 1024 // H rows
 
 
 def small_rows(hidden: int) -> int:
     """Rows that form a single dw chunk (the small form's window)."""
-    return max(MIN_CHUNK_ROWS, SMALL_ROWS_BUDGET // hidden)
+    return max(SMALL_ROWS, SMALL_ROWS_BUDGET // hidden)
 
 
-CHUNK_TARGET = 264      # about one chunk per resident CTA on a 132-SM H200 (two 512-thread CTAs/SM)
-MIN_CHUNK_ROWS = 4      # the FP64 partial of a chunk costs 2/chunk_rows of its input bytes
+CHUNK_TARGET = cw.DW_CHUNK_TARGET  # the most chunks of any partition
+
+
+def dw_max_chunks(rows: int, hidden: int) -> int:
+    """The chunk count the partition aims at for `rows` rows of width `hidden` (cake_windows.DW_CHUNKS)."""
+    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
+    for last, chunks in cw.DW_CHUNKS["narrow" if narrow else ("wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid")]:
+        if last is None or rows <= last:
+            return chunks
+    raise AssertionError("DW_CHUNKS ends with an open window")
 
 
 def dw_partition(rows: int, hidden: int) -> tuple[int, int]:
     """(chunk_rows, chunks) of the dw reduction for `rows` rows of width `hidden`.
 
     A function of (rows, hidden) alone: never of the device, grid, stream or program, so dw's
-    bits are too. Up to small_rows(H) rows are one chunk; above, about CHUNK_TARGET chunks of at
-    least MIN_CHUNK_ROWS rows."""
+    bits are too. Up to small_rows(H) rows are one chunk; above, at most dw_max_chunks(rows, H)
+    chunks of equal rows (the last may be shorter)."""
     if rows <= 0:
         return 1, 0
     if rows <= small_rows(hidden):
         return rows, 1
-    chunk_rows = max(MIN_CHUNK_ROWS, ceil(rows / CHUNK_TARGET))
+    chunk_rows = ceil(rows / dw_max_chunks(rows, hidden))
     return chunk_rows, ceil(rows / chunk_rows)
 
 
@@ -118,7 +131,7 @@ def windows(key: RouteKey) -> list[Window]:
     small = small_rows(key.hidden)
     edge, ev = single_pair_edge(key.arch, key.hidden)
     out = [Window(0, small, prog, "small",
-                  f"partition rule: rows <= max({MIN_CHUNK_ROWS}, {SMALL_ROWS_BUDGET}//H) = {small} are one dw chunk")]
+                  f"partition rule: rows <= max({SMALL_ROWS}, {SMALL_ROWS_BUDGET}//H) = {small} are one dw chunk")]
     if edge is None:
         out.append(Window(small, INF, prog, "single", "open edge: " + ev.line()))
     elif edge > small:
@@ -157,8 +170,11 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
     if hit is not None:
         return hit
     max_chunks = cw.SINGLE_FORM_ROUND_TRIPS // ceil(hidden / 512)
-    # below CHUNK_TARGET * MIN_CHUNK_ROWS rows, chunks = ceil(rows / MIN_CHUNK_ROWS)
-    return max(small_rows(hidden), max_chunks * MIN_CHUNK_ROWS), cw.rule_evidence(arch)
+    # the largest row count whose partition has at most max_chunks chunks
+    rows = small_rows(hidden)
+    while dw_partition(rows + 1, hidden)[1] <= max_chunks:
+        rows += 1
+    return rows, cw.rule_evidence(arch)
 
 
 # The forward's launch (forward.cuh): rows per CTA, and narrow or wide rows. Neither changes a

@@ -52,11 +52,46 @@ def unmeasured(note: str) -> Evidence:
 # single form and 6.8 us in the pair form (bwd_h256). The edge rows themselves are not measured.
 SINGLE_FORM_ROUND_TRIPS = 8
 
+# The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
+# last open. The partition fixes dw's bits, so these are part of the bit contract: a function of
+# (rows, H) only, whatever the device. Measured on the H200 (132 SMs, 2026-12-03) with
+# bench/partition.py: every qualified width at T = 2 .. 4096, chunks of 1, 2, 4, 8, 16, 32 rows
+# against the previous rule (chunks of >= 4 rows, about 264 of them), BF16 weight, pair form
+# (docs/bench/2026-12-03-h200-partition.json). What it showed:
+# - up to 64 rows, one row per chunk wins at every width: [16,4096] 8.21 -> 6.27 us,
+#   [16,6144] 10.40 -> 7.73, [16,512] 6.11 -> 4.10, [64,4096] 8.83 -> 7.71;
+# - widths whose CTA holds >= 4 rows (H <= 1024: "narrow") keep one-row chunks up to 264 rows
+#   ([256,256] 6.03 -> 5.54, [256,512] 6.50 -> 6.05);
+# - wider rows want about 64 chunks up to 256 rows and 128 up to 1024 (H >= 5120: up to 4096),
+#   where 192-264 chunks put two CTAs on some SMs: [1024,4096] 18.03 (256 chunks) -> 17.02 (128),
+#   [1024,6144] 28.58 -> 24.22, [768,5120] 25.78 (192) -> 20.06 (96), [4096,6144] 60.64 (256)
+#   -> 56.35 (128), [4096,4096] 38.19 (256) against 41.74 (128): H 4096 goes back to 264 above 1024.
+# Above the last edge the old rule's 264 chunks (bandwidth: a chunk's partial costs 8/(6*rows)
+# of its rows' bytes) stand: nothing past T = 4096 was timed with other counts.
+DW_CHUNK_TARGET = 264
+DW_NARROW_ROWS_PER_CTA = 4
+DW_WIDE_HIDDEN = 5120
+DW_CHUNKS = {
+    "narrow": ((None, DW_CHUNK_TARGET),),
+    "mid": ((256, 64), (1024, 128), (None, DW_CHUNK_TARGET)),
+    "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
+}
+
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
-# (arch, H) -> (last row count of the single form, evidence). Nothing is measured yet.
-MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
+# (arch, H) -> (last row count of the single form, evidence); 0: no single window. On sm_90a the
+# single form lost wherever the old rule gave it a window (bench/partition.py, 2026-12-03: the
+# single form on the old partition against the pair form on one-row chunks): [12,512] 5.86 us
+# (3 chunks of 4) against 3.94 (12 chunks of 1), [8,1536] 8.26 against 4.61, [32,256] 7.57 against
+# 4.42 (16 chunks of 2); and on the same partition (the "single" column of bench/partition.py).
+_PAIR_EVERYWHERE = Evidence(
+    measured=True, gpu="NVIDIA H200", sms=132, date="2026-12-03", below="single form (rule's window)",
+    above="pair form", ratio="single (old partition) / pair (new) = 1.49 at [12,512], 1.79 at [8,1536], 1.71 at [32,256]",
+    note="bench/partition.py (CUPTI kernel-active, cold L2, median of 30): the pair form from the "
+         "first row past the small form")
+MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
+    ("sm_90a", h): (0, _PAIR_EVERYWHERE) for h in QUALIFIED_WIDTHS}
 
 
 H200 = "NVIDIA H200"

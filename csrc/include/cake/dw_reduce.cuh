@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 
+#include "cake/program.cuh"
 #include "cake/reduce.cuh"
 
 namespace cake {
@@ -77,12 +78,21 @@ __device__ __forceinline__ void dw_reduce_cta(const double* partials, float* dw,
   }
 }
 
+// One warp per level-1 block, up to 32, unless the tiles would then not all fit the device at
+// once (at 1024 threads a CTA holds an SM alone, so H > 32 * SMs would run a second wave: H 5120
+// and 6144 on 132 SMs): then fewer warps, each taking several blocks (b += warps). Which warp sums
+// a block never changes its bits.
 inline cudaError_t launch_dw_reduce(const double* partials, float* dw, int64_t hidden,
                                     int64_t chunks, cudaStream_t stream) {
   const int64_t tiles = (hidden + kReduceTile - 1) / kReduceTile;
   const int64_t nb = (chunks + dw_block_len(chunks) - 1) / dw_block_len(chunks);
-  const int threads = static_cast<int>(nb < 1 ? 32 : nb * 32);  // one warp per level-1 block
-  dw_reduce_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(partials, dw, hidden, chunks);
+  int warps = static_cast<int>(nb < 1 ? 1 : nb);  // nb <= kMaxBlocks
+  cudaError_t e = cudaSuccess;
+  while (warps > 8 && resident_ctas(reinterpret_cast<const void*>(dw_reduce_kernel), warps * 32, 0, &e) < tiles) {
+    if (e != cudaSuccess) return e;
+    warps = (warps + 1) / 2;
+  }
+  dw_reduce_kernel<<<static_cast<unsigned>(tiles), warps * 32, 0, stream>>>(partials, dw, hidden, chunks);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,93 @@
+"""The backward's dw partition, timed with other chunk sizes (GPU).
+
+    python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
+                              [--out DIR]
+
+The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
+knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
+the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), the route's form where
+the partition keeps it (small for one chunk, else pair), beside the shipped rule (and the single
+form on the shipped partition). Each rule's dw is
+run twice and compared bit for bit (a partition is a rule, not a race).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from math import ceil
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import cake_rmsnorm_det as crd  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
+
+
+@contextlib.contextmanager
+def chunks_of(rows_per_chunk: int):
+    """dw_partition replaced by fixed chunks of `rows_per_chunk` rows (pair form) for the block."""
+    shipped = cake_jit.dw_partition
+
+    def rule(rows: int, hidden: int) -> tuple[int, int]:
+        return (rows_per_chunk, ceil(rows / rows_per_chunk)) if rows > 0 else (1, 0)
+
+    cake_jit.dw_partition = rule
+    try:
+        with crd.force_form("pair"):
+            yield
+    finally:
+        cake_jit.dw_partition = shipped
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
+    ap.add_argument("--tokens", default="4,16,64,256,512,1024,2048")
+    ap.add_argument("--chunk-rows", default="1,2,4,8")
+    ap.add_argument("--max-chunks", type=int, default=512, help="skip chunk sizes that make more chunks")
+    a = ap.parse_args(argv)
+    dev = torch.device("cuda")
+    timer = bench.Timer(dev)
+    torch.manual_seed(0)
+    sizes = bench.int_list(a.chunk_rows)
+    rows_out = []
+    print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes),
+          flush=True)
+    for h in bench.int_list(a.widths):
+        for t in bench.int_list(a.tokens):
+            x = torch.randn(t, h, device=dev).to(torch.bfloat16)
+            w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
+            g = torch.randn_like(x)
+            rstd = crd.forward(x, w, 1e-6)[1]
+            call = lambda: crd.backward(g, x, w, rstd)  # noqa: E731
+            cr, ch = cake_jit.dw_partition(t, h)
+            us = {"shipped": timer(call)}
+            same = {}
+            if ch > 1:  # the single form on the shipped partition (its bits are the pair form's)
+                with crd.force_form("single"):
+                    us["single"] = timer(call)
+            for c in sizes:
+                if c > t or ceil(t / c) > a.max_chunks:
+                    continue
+                with chunks_of(c):
+                    us[f"C={c}"] = timer(call)
+                    same[f"C={c}"] = bool(torch.equal(call()[1], call()[1]))
+            rows_out.append({"T": t, "H": h, "shipped_partition": [cr, ch], "us": us, "dw_repeatable": same})
+            cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}" for k in (f"C={c}" for c in sizes))
+            single = f"{us['single']:8.2f}" if "single" in us else f"{'-':>8s}"
+            print(f"[{t},{h}]{'':{max(0, 12 - len(str(t)) - len(str(h)))}s} {us['shipped']:7.2f} ({cr}x{ch}) "
+                  f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable'}", flush=True)
+            del x, g
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    Path(a.out, "partition.json").write_text(json.dumps(rows_out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
