@@ -125,7 +125,9 @@ _BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight row
     2048: _edge("bwd", 2048, 16384, "1.016 (64.03 vs 63.01 us)", "0.990 (113.85 vs 115.01 us, T=32768)"),
     4096: _edge("bwd", 4096, 8192, "1.020 (66.16 vs 64.83 us)", "0.978 (117.95 vs 120.62 us, T=16384)"),
     5120: _edge("bwd", 5120, 2048, "1.043 (35.65 vs 34.19 us)", "0.986 (51.71 vs 52.43 us, T=4096)"),
-    6144: _edge("bwd", 6144, 2048, "1.029 (39.90 vs 38.77 us)", "0.984 (60.13 vs 61.14 us, T=4096)"),
+    # re-measured with the dw partition of cake_windows.DW_CHUNKS (128 chunks up to 4096 rows at
+    # H >= 5120; docs/bench/2026-12-03-h200-r12-engines-bwd.json); the other edges still hold there
+    6144: _edge("bwd", 6144, 4096, "1.014 (56.30 vs 55.54 us)", "0.956 (98.74 vs 103.23 us, T=8192)"),
 }
 _FWD = {
     "bf16": {
