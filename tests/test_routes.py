@@ -103,6 +103,29 @@ def test_dw_partition_covers_rows_exactly(hidden):
         assert n <= max(cake_jit.CHUNK_TARGET, 1)
 
 
+@pytest.mark.parametrize("hidden", WIDTHS)
+def test_dw_partition_follows_the_measured_chunk_counts(hidden):
+    """Above the small form, the chunks are as many as cake_windows.DW_CHUNKS allows and no more:
+    one-row chunks while rows fit that count, equal chunks (the last may be shorter) above."""
+    for rows in list(range(cake_jit.small_rows(hidden) + 1, 1200)) + [4095, 4096, 4097, 65536]:
+        cr, n = cake_jit.dw_partition(rows, hidden)
+        cap = cake_jit.dw_max_chunks(rows, hidden)
+        assert n <= cap, (rows, cr, n, cap)
+        if rows <= cap:
+            assert cr == 1, (rows, cr, cap)
+        else:
+            assert cr == -(-rows // cap) and (cr - 1) * cap < rows, (rows, cr, cap)
+    assert cake_jit.dw_partition(cake_jit.small_rows(hidden), hidden)[1] == 1
+
+
+def test_no_single_form_on_sm90a_qualified_routes():
+    for h in cake_jit.QUALIFIED_WIDTHS:
+        for w in ("bf16", "fp32"):
+            ws = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", h, w, False))
+            assert [x.form for x in ws if x.form == "single"] == [], (h, w)
+            assert ws[0].form == "small" and ws[0].hi == cake_jit.small_rows(h)
+
+
 def test_bad_keys_raise_with_the_rule():
     with pytest.raises(ValueError, match="sm_90a"):
         cake_jit.check_key("sm_80", "bwd", 4096, "bf16", False)
