@@ -7,8 +7,8 @@ The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot 
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), the route's form where
 the partition keeps it (small for one chunk, else pair), beside the shipped rule (and the single
-form on the shipped partition). Each rule's dw is
-run twice and compared bit for bit (a partition is a rule, not a race).
+form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
+is a rule, not a race).
 """
 
 from __future__ import annotations

@@ -40,10 +40,17 @@ def small_rows(hidden: int) -> int:
 CHUNK_TARGET = cw.DW_CHUNK_TARGET  # the most chunks of any partition
 
 
+@lru_cache(maxsize=None)
+def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
+    """The DW_CHUNKS class of width `hidden` (a function of H alone; the partition runs every call)."""
+    if layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA:
+        return cw.DW_CHUNKS["narrow"]
+    return cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+
+
 def dw_max_chunks(rows: int, hidden: int) -> int:
     """The chunk count the partition aims at for `rows` rows of width `hidden` (cake_windows.DW_CHUNKS)."""
-    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
-    for last, chunks in cw.DW_CHUNKS["narrow" if narrow else ("wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid")]:
+    for last, chunks in _dw_chunk_windows(hidden):
         if last is None or rows <= last:
             return chunks
     raise AssertionError("DW_CHUNKS ends with an open window")
@@ -164,6 +171,7 @@ def _split_engines(key: RouteKey, ws: list[Window], first: str) -> list[Window]:
     return out
 
 
+@lru_cache(maxsize=None)
 def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
     """The last row count of the single form (None: it runs every larger row count), and why."""
     hit = cw.MEASURED_SINGLE_PAIR_EDGES.get((arch, hidden))

@@ -78,6 +78,7 @@ DW_CHUNKS = {
 }
 
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
+H200 = "NVIDIA H200"
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
 # (arch, H) -> (last row count of the single form, evidence); 0: no single window. On sm_90a the
@@ -86,15 +87,13 @@ SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # (3 chunks of 4) against 3.94 (12 chunks of 1), [8,1536] 8.26 against 4.61, [32,256] 7.57 against
 # 4.42 (16 chunks of 2); and on the same partition (the "single" column of bench/partition.py).
 _PAIR_EVERYWHERE = Evidence(
-    measured=True, gpu="NVIDIA H200", sms=132, date="2026-12-03", below="single form (rule's window)",
+    measured=True, gpu=H200, sms=132, date="2026-12-03", below="single form (rule's window)",
     above="pair form", ratio="single (old partition) / pair (new) = 1.49 at [12,512], 1.79 at [8,1536], 1.71 at [32,256]",
     note="bench/partition.py (CUPTI kernel-active, cold L2, median of 30): the pair form from the "
          "first row past the small form")
 MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", h): (0, _PAIR_EVERYWHERE) for h in QUALIFIED_WIDTHS}
 
-
-H200 = "NVIDIA H200"
 
 # The two engines of each pass, first (below an engine edge) and second (above it).
 ENGINES = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
