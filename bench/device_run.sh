@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
-#                            [cakebench] [variants] [engines] [fwdlaunch] [partition] [ncu]
+#                            [cakebench] [variants] [engines] [forms] [fwdlaunch] [partition] [ncu]
+# forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
 # fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs).
@@ -38,6 +39,9 @@ if has smoke; then
   timeout 60 python3 bench/sanitize_case.py 2>&1 | tail -5 | tee "$LOG/smoke.txt"
   [[ ${PIPESTATUS[0]} == 0 ]] || { echo "smoke failed: stopping"; exit 1; }
 fi
+if has forms; then
+  timeout "$(left)" python3 bench/engines.py --forms $FORM_ARGS --out "$LOG/forms" 2>&1 | tee "$LOG/forms.log"
+fi
 if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
 if has gputests; then  # every test file that needs the GPU (test_programs.py is build machinery: CPU CI runs it)
   python3 -m pytest tests -q -rfE -p no:cacheprovider --ignore=tests/test_programs.py --durations=5 --timeout=300 2>&1 | tee "$LOG/pytest_gpu.log" | tail -14
@@ -49,7 +53,7 @@ if has accuracy; then python3 bench/accuracy.py > "$LOG/accuracy.md" 2>"$LOG/acc
 if has bench; then
   Q=""; has quick && Q="--quick"; has plain && Q="$Q --plain-only"
   C=""; [[ -n $COMPARE ]] && C="--compare $COMPARE"  # an earlier results.json to print beside
-  timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q $C --out "$LOG/bench" > "$LOG/bench.log" 2>&1
+  timeout "$(left)" python3 -m cake_rmsnorm_det.bench $Q $C $BENCH_ARGS --out "$LOG/bench" > "$LOG/bench.log" 2>&1
   tail -3 "$LOG/bench.log"
   python3 - "$LOG/bench/results.jsonl" <<'PY'
 import json, sys

@@ -1,10 +1,12 @@
 """Both engines of each qualified width, side by side over token counts (GPU).
 
-    python bench/engines.py [--out DIR]
+    python bench/engines.py [--out DIR] [--forms]
 
 For each width and pass, cake_rmsnorm_det is timed with each engine forced (the routes pick one
 per token window; both compute the same bits) with the benchmark's method (CUPTI kernel-active
 time, cold L2, median of 30). The rows put the engine edges of cake_windows.py where they are.
+--forms times the backward's fused and pair forms instead (the same bits on one-row chunks), at
+the token counts whose partition is one-row chunks: the rows put the fused edges.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
 
 TOKENS = {"fwd": (256, 512, 1024, 2048, 4096, 16384, 65536), "bwd": (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)}
 PAIRS = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
+FORM_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 264)
 
 
 def main(argv=None) -> int:
@@ -32,7 +35,10 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", default="bwd,fwd")
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--tokens", default="", help="token counts to time (default: the pass's TOKENS)")
+    ap.add_argument("--forms", action="store_true", help="backward fused against pair form (the fused edge)")
     a = ap.parse_args(argv)
+    if a.forms:
+        a.passes = "bwd"
     tokens = bench.int_list(a.tokens)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -41,24 +47,37 @@ def main(argv=None) -> int:
     print(f"{'pass':4s} {'shape':16s} {'first':>9s} {'second':>9s}  second/first", flush=True)
     wdtype = torch.bfloat16 if a.weight == "bf16" else torch.float32
     for pass_ in a.passes.split(","):
-        e1, e2 = PAIRS[pass_]
+        e1, e2 = ("fused", "pair") if a.forms else PAIRS[pass_]
+        force = crd.force_form if a.forms else crd.force_engine
         for h in map(int, a.widths.split(",")):
-            for t in tokens or TOKENS[pass_]:
+            for t in tokens or (FORM_TOKENS if a.forms else TOKENS[pass_]):
+                if a.forms and t > cake_jit.one_row_chunks(h):
+                    continue
                 x = torch.randn(t, h, device=dev).to(torch.bfloat16)
                 w = (torch.rand(h, device=dev) + 0.5).to(wdtype)
                 g = torch.randn_like(x)
                 rstd = crd.forward(x, w, 1e-6)[1]
                 us = {}
                 for e in (e1, e2):
-                    with crd.force_engine(e):
+                    with force(e):
                         fn = (lambda: crd.forward(x, w, 1e-6)) if pass_ == "fwd" else (lambda: crd.backward(g, x, w, rstd))
                         us[e] = timer(fn)
-                rows.append({"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us})
+                row = {"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us}
+                note = ""
+                if a.forms:  # the two forms must agree bit for bit
+                    outs = []
+                    for e in (e1, e2):
+                        with force(e):
+                            outs.append([o.clone() for o in crd.backward(g, x, w, rstd)])
+                    row["bits_equal"] = all(torch.equal(p.view(torch.uint8), q.view(torch.uint8))
+                                            for p, q in zip(*outs))
+                    note = "" if row["bits_equal"] else "  BITS DIFFER"
+                rows.append(row)
                 print(f"{pass_:4s} [{t},{h}]{'':{max(0, 14 - len(str(t)) - len(str(h)))}s} {us[e1]:9.3f} {us[e2]:9.3f}  "
-                      f"{us[e2] / us[e1]:.3f} ({e2}/{e1})", flush=True)
+                      f"{us[e2] / us[e1]:.3f} ({e2}/{e1}){note}", flush=True)
                 del x, g
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    Path(a.out, f"engines-{a.weight}.json").write_text(json.dumps(rows, indent=1))
+    Path(a.out, f"{'forms' if a.forms else 'engines'}-{a.weight}.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -5,9 +5,8 @@
 
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
-the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), the route's form where
-the partition keeps it (small for one chunk, else pair), beside the shipped rule (and the single
-form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
+the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), in the pair form, beside
+the shipped rule in its route's form (and the single form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
 is a rule, not a race).
 """
 

@@ -1,5 +1,5 @@
 """One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
-direct/ring in the small, single and pair forms; residual; a strided view; a generic width), for
+direct/ring in the fused, single and pair forms; residual; a strided view; a generic width), for
 compute-sanitizer."""
 
 import torch
@@ -9,7 +9,8 @@ from cake_rmsnorm_det import cake_jit
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
-for hidden, rows in ((256, 4), (256, 8), (4096, 1), (4096, 6), (2048, 600), (5120, 300), (1000, 77)):
+for hidden, rows in ((256, 4), (256, 8), (256, 264), (4096, 1), (4096, 6), (6144, 64), (2048, 600), (5120, 300),
+                     (1000, 77)):
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.rand(hidden, device=dev) + 0.5
@@ -20,14 +21,15 @@ for hidden, rows in ((256, 4), (256, 8), (4096, 1), (4096, 6), (2048, 600), (512
     for fe, be in (("regs", "direct"), ("l1", "ring")):
         with crd.force_engine(fe):
             y, h, rstd = crd.forward(x, w, 1e-6, residual=r)
-        for form in ("pair", "single") + (("small",) if cake_jit.dw_partition(rows, hidden)[1] == 1 else ()):
+        for form in ("pair", "single") + (("fused",) if cake_jit.dw_partition(rows, hidden)[0] == 1 else ()):
             with crd.force_form(form), crd.force_engine(be):
                 crd.backward(g, h, w, rstd, g)
-buf = torch.randn(33, 24, 512, device=dev).to(torch.bfloat16)
-q = buf[:, :, :256]
-y, rstd = crd.forward(q, torch.ones(256, device=dev), 1e-6)
-for be in ("direct", "ring"):
-    with crd.force_engine(be):
-        crd.backward(torch.randn_like(q), q, torch.ones(256, device=dev), rstd)
+for tokens in (2, 33):  # the query view in the fused form (48 rows) and above it
+    buf = torch.randn(tokens, 24, 512, device=dev).to(torch.bfloat16)
+    q = buf[:, :, :256]
+    y, rstd = crd.forward(q, torch.ones(256, device=dev), 1e-6)
+    for be in ("direct", "ring"):
+        with crd.force_engine(be):
+            crd.backward(torch.randn_like(q), q, torch.ones(256, device=dev), rstd)
 torch.cuda.synchronize()
 print("sanitize cases done")

@@ -19,7 +19,7 @@ import torch
 from . import cake_jit
 from .programs import current_arch, load_program, sm_count
 
-_FORMS = {"pair": 0, "single": 1, "small": 2}
+_FORMS = {"pair": 0, "single": 1, "fused": 2}
 # Engine name -> launch argument: its place in its pass's pair (args.cuh's engine enums).
 _ENGINES = {e: i for pair in cake_jit.ENGINES.values() for i, e in enumerate(pair)}
 _WIDE_ROWS = {False: 0, True: 1, None: 2}  # forward.cuh's ForwardRows: narrow, wide, the launcher's choice
@@ -58,7 +58,7 @@ def cap_ctas(n: int) -> contextlib.AbstractContextManager:
 
 
 def force_form(form: str) -> contextlib.AbstractContextManager:
-    """Run backward in `form` ('pair' or 'single'; 'small' where the partition is one chunk)."""
+    """Run backward in `form` ('pair' or 'single'; 'fused' where the partition is one-row chunks)."""
     if form not in _FORMS:
         raise ValueError(f"form must be one of {sorted(_FORMS)}")
     return _knob("form", form)
@@ -412,8 +412,9 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     form = r.window.form
     if _knobs.form is not None:
         form = _knobs.form
-        if form == "small" and r.chunks != 1:
-            raise ValueError(f"the small form needs a one-chunk partition; {rows} rows of H = {hidden} have {r.chunks}")
+        if form == "fused" and r.chunk_rows != 1:
+            raise ValueError(f"the fused form needs one-row chunks; {rows} rows of H = {hidden} have chunks of "
+                             f"{r.chunk_rows} rows (at most {cake_jit.one_row_chunks(hidden)} rows)")
     ws = workspace if workspace is not None else _default_workspace(need, x.device)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):

@@ -22,21 +22,12 @@ QUALIFIED_WIDTHS = cw.QUALIFIED_WIDTHS
 MAX_HIDDEN = 16384
 INF = None  # an open upper edge
 
-# dw row partition (a function of rows and H alone: never of the device, grid or program).
-# Up to small_rows(H) rows are one chunk (the small form). Above, the rows split into chunks of
-# ceil(rows / dw_max_chunks(rows, H)) rows: a chunk is one CTA's serial walk (each row a chain of
-# dependent steps), and each chunk writes and the reduce reads an FP64 partial row of H. Few
-# rows: many one-row chunks (the rows run side by side, their partials are few bytes); more rows:
-# fewer, longer chunks. The counts are measured (cake_windows.DW_CHUNKS, bench/partition.py).
-SMALL_ROWS = 4
-SMALL_ROWS_BUDGET = 1024  # narrow generic widths: rows of H < 256 keep one chunk up to 1024 // H rows
-
-
-def small_rows(hidden: int) -> int:
-    """Rows that form a single dw chunk (the small form's window)."""
-    return max(SMALL_ROWS, SMALL_ROWS_BUDGET // hidden)
-
-
+# dw row partition (a function of rows and H alone: never of the device, grid or program). The
+# rows split into chunks of ceil(rows / dw_max_chunks(rows, H)) rows: a chunk is one CTA's serial
+# walk (each row a chain of dependent steps), and each chunk writes and the reduce reads an FP64
+# partial row of H. Few rows: one-row chunks (the rows run side by side, and the fused form sums
+# their partials without writing them); more rows: fewer, longer chunks. The counts are measured
+# (cake_windows.DW_CHUNKS, bench/partition.py).
 CHUNK_TARGET = cw.DW_CHUNK_TARGET  # the most chunks of any partition
 
 
@@ -60,14 +51,30 @@ def dw_partition(rows: int, hidden: int) -> tuple[int, int]:
     """(chunk_rows, chunks) of the dw reduction for `rows` rows of width `hidden`.
 
     A function of (rows, hidden) alone: never of the device, grid, stream or program, so dw's
-    bits are too. Up to small_rows(H) rows are one chunk; above, at most dw_max_chunks(rows, H)
-    chunks of equal rows (the last may be shorter)."""
+    bits are too: at most dw_max_chunks(rows, H) chunks of equal rows (the last may be shorter)."""
     if rows <= 0:
         return 1, 0
-    if rows <= small_rows(hidden):
-        return rows, 1
     chunk_rows = ceil(rows / dw_max_chunks(rows, hidden))
     return chunk_rows, ceil(rows / chunk_rows)
+
+
+@lru_cache(maxsize=None)
+def one_row_chunks(hidden: int) -> int:
+    """The largest row count whose partition is all one-row chunks (the fused form's reach)."""
+    rows = 1
+    while dw_partition(rows + 1, hidden)[0] == 1:
+        rows += 1
+    return rows
+
+
+@lru_cache(maxsize=None)
+def fused_edge(arch: str, hidden: int) -> tuple[int, cw.Evidence]:
+    """The last row count of the fused form, and why: measured where cake_windows has it, else the
+    rule's min(FUSED_RULE_ROWS, one_row_chunks(H))."""
+    hit = cw.MEASURED_FUSED_EDGES.get((arch, hidden))
+    if hit is not None:
+        return hit
+    return min(cw.FUSED_RULE_ROWS, one_row_chunks(hidden)), cw.fused_rule_evidence(arch)
 
 
 WORKSPACE_HEADER = 256  # bytes: the single form's arrival ticket (kept at zero between calls)
@@ -101,7 +108,7 @@ class Window:
     lo: int                 # exclusive
     hi: int | None          # inclusive; None = no upper edge
     program_key: str
-    form: str               # fwd: "rows"; bwd: "small" | "single" | "pair"
+    form: str               # fwd: "rows"; bwd: "fused" | "single" | "pair"
     evidence: str           # why the upper edge is where it is
     engine: str = "direct"  # fwd: "regs" | "l1"; bwd: "direct" | "ring"
 
@@ -135,17 +142,16 @@ def windows(key: RouteKey) -> list[Window]:
         first = "regs" if key.hidden in QUALIFIED_WIDTHS else "l1"
         return _split_engines(key, [Window(0, INF, prog, "rows", "one form: the forward has no dw reduction to "
                                            "split", first)], first)
-    small = small_rows(key.hidden)
+    fused, fev = fused_edge(key.arch, key.hidden)
     edge, ev = single_pair_edge(key.arch, key.hidden)
-    out = [Window(0, small, prog, "small",
-                  f"partition rule: rows <= max({SMALL_ROWS}, {SMALL_ROWS_BUDGET}//H) = {small} are one dw chunk")]
+    out = [Window(0, fused, prog, "fused", fev.line())]
     if edge is None:
-        out.append(Window(small, INF, prog, "single", "open edge: " + ev.line()))
-    elif edge > small:
-        out.append(Window(small, edge, prog, "single", ev.line()))
+        out.append(Window(fused, INF, prog, "single", "open edge: " + ev.line()))
+    elif edge > fused:
+        out.append(Window(fused, edge, prog, "single", ev.line()))
         out.append(Window(edge, INF, prog, "pair", "open edge"))
     else:
-        out.append(Window(small, INF, prog, "pair", ev.line()))
+        out.append(Window(fused, INF, prog, "pair", ev.line()))
     return _split_engines(key, out, "direct")
 
 
@@ -179,7 +185,7 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
         return hit
     max_chunks = cw.SINGLE_FORM_ROUND_TRIPS // ceil(hidden / 512)
     # the largest row count whose partition has at most max_chunks chunks
-    rows = small_rows(hidden)
+    rows = 1
     while dw_partition(rows + 1, hidden)[1] <= max_chunks:
         rows += 1
     return rows, cw.rule_evidence(arch)

@@ -1,12 +1,13 @@
 """Measured window edges of the routes, each with the evidence it rests on.
 
 Edges are row counts: a window ``(lo, hi]`` of rows runs one program in one form with one
-engine. Backward has three forms per width: ``small`` (one chunk, one CTA, dw straight from registers), ``single``
-(chunked partials, the last CTA to arrive reduces) and ``pair`` (chunked partials, a separate
-reduce kernel). The small/single edge is not tuned: it is where the dw row partition
-(``cake_jit.dw_partition``, a function of rows and H alone) stops being a single chunk. The
-single/pair edge is tuned per arch and width; its evidence says who measured it and how, or that
-nobody has. The engine edge (ENGINE_EDGES) splits a width's token range between the two engines of
+engine. Backward has three forms per width: ``fused`` (one-row chunks only: one launch of row
+CTAs for dx beside column-tile CTAs that sum dw from the inputs), ``single`` (chunked partials,
+the last CTA to arrive reduces) and ``pair`` (chunked partials, a separate reduce kernel). All
+three give the same bits for the same partition (``cake_jit.dw_partition``, a function of rows
+and H alone), so their edges only move time: the fused edge (at most where the partition stops
+being one-row chunks) and the single/pair edge are tuned per arch and width; each edge's evidence
+says who measured it and how, or that nobody has. The engine edge (ENGINE_EDGES) splits a width's token range between the two engines of
 its program: backward ``direct`` (rows a row ahead in registers) below, ``ring`` (bulk copies into
 a shared-memory ring) above; forward ``regs`` (weights in registers) below, ``l1`` (weights
 re-read from L1) above. Engines compute the same bits; the edge only moves time.
@@ -52,6 +53,20 @@ def unmeasured(note: str) -> Evidence:
 # single form and 6.8 us in the pair form (bwd_h256). The edge rows themselves are not measured.
 SINGLE_FORM_ROUND_TRIPS = 8
 
+# The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
+# warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 64 rows.
+FUSED_RULE_ROWS = 64
+
+
+def fused_rule_evidence(arch: str) -> Evidence:
+    if arch == "sm_90a":
+        return unmeasured(f"rule: the fused form up to {FUSED_RULE_ROWS} rows of one-row chunks")
+    return unmeasured(f"Blackwell build: compiled, never measured; the rule of {FUSED_RULE_ROWS} rows")
+
+
+# (arch, H) -> (last row count of the fused form, evidence), measured with bench/engines.py --forms.
+MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
+
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
 # last open. The partition fixes dw's bits, so these are part of the bit contract: a function of
 # (rows, H) only, whatever the device. Measured on the H200 (132 SMs, 2026-12-03) with
@@ -90,7 +105,7 @@ _PAIR_EVERYWHERE = Evidence(
     measured=True, gpu=H200, sms=132, date="2026-12-03", below="single form (rule's window)",
     above="pair form", ratio="single (old partition) / pair (new) = 1.49 at [12,512], 1.79 at [8,1536], 1.71 at [32,256]",
     note="bench/partition.py (CUPTI kernel-active, cold L2, median of 30): the pair form from the "
-         "first row past the small form")
+         "first row past the fused form")
 MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", h): (0, _PAIR_EVERYWHERE) for h in QUALIFIED_WIDTHS}
 

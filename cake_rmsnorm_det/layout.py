@@ -55,6 +55,8 @@ def ring_row_depth(hidden: int) -> int:
     return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
 
 
+FUSED_TILE_COLS = 128  # backward_fused.cuh, kTileCols: dw columns per tile CTA of the fused form
+
 RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
 
 
@@ -85,6 +87,13 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
                      f"occupancy query), wide rows: 1 row x {threads * vpt} threads x 1 vec16 per CTA, "
                      f"weights in registers")
         return text
+    if form == "fused":
+        groups = min(rpc, max(rows, 1))
+        tiles = ceil(hidden / FUSED_TILE_COLS) if rows > 1 else 0
+        dw = (f"{tiles} dw tile CTAs ({FUSED_TILE_COLS} columns each, the reduce's order from g, x, rstd) first"
+              if tiles else "dw written by the row's CTA")
+        return (f"backward_fused_kernel, one launch: {dw}; {ceil(max(rows, 1) / groups)} row CTA(s) of "
+                f"{groups} row(s) x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
     if engine == "ring":
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
                   "ring of bulk copies)")
@@ -94,8 +103,6 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
             rpc = min(rpc, max(chunk_rows, 1))
     cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
     part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
-    if form == "small":
-        return f"{kernel} x1 CTA: {cta}; {part}; dw written from registers"
     if form == "single":
         return f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
     tiles = ceil(hidden / 32)

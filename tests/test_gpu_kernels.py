@@ -133,13 +133,48 @@ def test_pair_and_single_agree(hidden, device):
         x, _, w, g, _ = make(rows, hidden, torch.float32, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
         outs = {}
-        forms = ["pair", "single"] + (["small"] if cake_jit.dw_partition(rows, hidden)[1] == 1 else [])
+        forms = ["pair", "single"] + (["fused"] if cake_jit.dw_partition(rows, hidden)[0] == 1 else [])
         for form in forms:
             with crd.force_form(form):
                 outs[form] = run_backward(g, x, w, rstd)
         for form in forms[1:]:
             assert bits_equal(outs[form][1], outs["pair"][1]), f"dw of {form} differs from pair at {rows} rows"
             assert bits_equal(outs[form][0], outs["pair"][0]), f"dx of {form} differs from pair at {rows} rows"
+
+
+@pytest.mark.parametrize("hidden", QUALIFIED + (1000, 16384))
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
+def test_fused_form_matches_pair(hidden, variant, device):
+    """The fused form (one launch: row CTAs for dx, tile CTAs summing dw from g, x and rstd) gives
+    the pair form's bits on every partition of one-row chunks, into poisoned outputs, also on a
+    capped grid (its CTAs take work items grid-stride); past one-row chunks it refuses to run."""
+    residual = variant == "res_fp32w"
+    wdtype = torch.float32 if residual else torch.bfloat16
+    if variant == "query_view" and hidden != 256:
+        pytest.skip("the strided view is a width-256 layout")
+    last = cake_jit.one_row_chunks(hidden)
+    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, last)
+    for n in sorted(set(counts)):
+        rows = n * 24 if variant == "query_view" else n
+        if rows > last:
+            continue
+        x, r, w, g, gr = make(rows, hidden, wdtype, residual, device, seed=rows + hidden)
+        if variant == "query_view":
+            x = torch.randn(n, 24, 512, device=device).to(torch.bfloat16)[:, :, :256]
+            g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+        y, h, rstd = run_forward(x, w, EPS, r)
+        xin = h if residual else x
+        with crd.force_form("pair"):
+            base = run_backward(g, xin, w, rstd, gr)
+        for cap in (0, 1, 3):
+            with crd.force_form("fused"), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                out = run_backward(g, xin, w, rstd, gr)
+            assert bits_equal(out[0], base[0]), f"dx of the fused form differs at {rows} rows (cap {cap})"
+            assert bits_equal(out[1], base[1]), f"dw of the fused form differs at {rows} rows (cap {cap})"
+    x, _, w, g, _ = make(last + 1, hidden, torch.bfloat16, False, device)
+    _, rstd = crd.forward(x, w, EPS)
+    with crd.force_form("fused"), pytest.raises(ValueError, match="one-row chunks"):
+        crd.backward(g, x, w, rstd)
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (1000,))

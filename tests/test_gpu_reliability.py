@@ -117,7 +117,7 @@ def test_backward_completes_beside_resident_hog(hog_module, smem_kb, device):
     for hidden, rows in ((256, 8), (4096, 5), (4096, 3000), (6144, 70000)):
         x, _, w, g, _ = make(rows, hidden, torch.bfloat16, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
-        forms = ["pair", "single"] + (["small"] if cake_jit.dw_partition(rows, hidden)[1] == 1 else [])
+        forms = ["pair", "single"] + (["fused"] if cake_jit.dw_partition(rows, hidden)[0] == 1 else [])
         for form in forms:
             with crd.force_form(form):
                 data[(hidden, rows, form)] = ((g, x, w, rstd), crd.backward(g, x, w, rstd))
@@ -151,7 +151,7 @@ def test_no_kernel_waits_on_another_cta(device):
     for hidden, rows in ((256, 4000), (4096, 7), (4096, 2000), (1000, 999)):
         x, r, w, g, gr = make(rows, hidden, torch.bfloat16, True, device, seed=hidden)
         y, h, rstd = crd.forward(x, w, EPS, residual=r)
-        forms = ["pair", "single"] + (["small"] if cake_jit.dw_partition(rows, hidden)[1] == 1 else [])
+        forms = ["pair", "single"] + (["fused"] if cake_jit.dw_partition(rows, hidden)[0] == 1 else [])
         for form in forms:
             with crd.force_form(form):
                 dx, dw = crd.backward(g, h, w, rstd, gr)

@@ -80,13 +80,21 @@ def test_qualified_widths_route_to_their_own_programs():
     assert r.program.key == "fwd_generic" and r.program.hidden is None
 
 
-def test_small_window_is_exactly_the_one_chunk_partition():
+def test_fused_window_is_one_row_chunks():
+    """The fused form runs only partitions of one-row chunks (its tiles sum rows, not chunks), from
+    the first row up to its edge, and every route has it."""
     for h in WIDTHS:
-        key = cake_jit.check_key("sm_90a", "bwd", h, "bf16", False)
-        for rows in range(1, 3000, 7):
-            r = cake_jit.route("sm_90a", "bwd", h, "bf16", False, rows)
-            assert (r.window.form == "small") == (r.chunks == 1), (h, rows)
-        del key
+        for arch in ("sm_90a", "sm_100a"):
+            key = cake_jit.check_key(arch, "bwd", h, "bf16", False)
+            ws = cake_jit.windows(key)
+            edge = cake_jit.fused_edge(arch, h)[0]
+            assert ws[0].form == "fused" and ws[0].lo == 0 and ws[0].hi == edge, (arch, h)
+            assert 1 <= edge <= cake_jit.one_row_chunks(h), (arch, h, edge)
+            for rows in list(range(1, 300)) + [1000, 4096]:
+                r = cake_jit.route(arch, "bwd", h, "bf16", False, rows)
+                assert (r.window.form == "fused") == (rows <= edge), (arch, h, rows)
+                if r.window.form == "fused":
+                    assert r.chunk_rows == 1 and r.chunks == rows, (arch, h, rows)
 
 
 @pytest.mark.parametrize("hidden", WIDTHS)
@@ -105,9 +113,9 @@ def test_dw_partition_covers_rows_exactly(hidden):
 
 @pytest.mark.parametrize("hidden", WIDTHS)
 def test_dw_partition_follows_the_measured_chunk_counts(hidden):
-    """Above the small form, the chunks are as many as cake_windows.DW_CHUNKS allows and no more:
-    one-row chunks while rows fit that count, equal chunks (the last may be shorter) above."""
-    for rows in list(range(cake_jit.small_rows(hidden) + 1, 1200)) + [4095, 4096, 4097, 65536]:
+    """The chunks are as many as cake_windows.DW_CHUNKS allows and no more: one-row chunks while
+    rows fit that count, equal chunks (the last may be shorter) above."""
+    for rows in list(range(1, 1200)) + [4095, 4096, 4097, 65536]:
         cr, n = cake_jit.dw_partition(rows, hidden)
         cap = cake_jit.dw_max_chunks(rows, hidden)
         assert n <= cap, (rows, cr, n, cap)
@@ -115,7 +123,8 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
             assert cr == 1, (rows, cr, cap)
         else:
             assert cr == -(-rows // cap) and (cr - 1) * cap < rows, (rows, cr, cap)
-    assert cake_jit.dw_partition(cake_jit.small_rows(hidden), hidden)[1] == 1
+    last = cake_jit.one_row_chunks(hidden)
+    assert cake_jit.dw_partition(last, hidden) == (1, last) and cake_jit.dw_partition(last + 1, hidden)[0] == 2
 
 
 def test_no_single_form_on_sm90a_qualified_routes():
@@ -123,7 +132,7 @@ def test_no_single_form_on_sm90a_qualified_routes():
         for w in ("bf16", "fp32"):
             ws = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", h, w, False))
             assert [x.form for x in ws if x.form == "single"] == [], (h, w)
-            assert ws[0].form == "small" and ws[0].hi == cake_jit.small_rows(h)
+            assert ws[0].form == "fused" and ws[0].hi == cake_jit.fused_edge("sm_90a", h)[0]
 
 
 def test_bad_keys_raise_with_the_rule():

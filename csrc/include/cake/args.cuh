@@ -38,8 +38,9 @@ enum ForwardRows : int { kNarrowRows = 0, kWideRows = 1, kAutoRows = 2 };
 // bulk copies (ring).
 enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 
-// pair: main + reduce kernel; single: the last CTA reduces; small: one chunk, dw from registers.
-enum BackwardForm : int { kPair = 0, kSingle = 1, kSmall = 2 };
+// pair: main + reduce kernel; single: the last CTA reduces; fused: one-row chunks, one launch of
+// row CTAs (dx) beside column-tile CTAs (dw from g, x and rstd).
+enum BackwardForm : int { kPair = 0, kSingle = 1, kFused = 2 };
 
 struct BackwardArgs {
   const __nv_bfloat16* g;

@@ -1,6 +1,7 @@
 // Backward program template: dx (+ g_residual) and the FP64-exact, chunk-partitioned dw, by one
 // of two engines (backward_direct.cuh, backward_ring.cuh) that the route picks per token window;
-// both compute the same bits. The pair form adds the reduce kernel of dw_reduce.cuh.
+// both compute the same bits. The pair form adds the reduce kernel of dw_reduce.cuh; the fused
+// form (backward_fused.cuh, one-row chunks) does all of it in one launch, with the same bits.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 
 #include "cake/args.cuh"
 #include "cake/backward_direct.cuh"
+#include "cake/backward_fused.cuh"
 #include "cake/backward_ring.cuh"
 #include "cake/dw_reduce.cuh"
 #include "cake/layout.cuh"
@@ -34,6 +36,7 @@ inline cudaError_t launch_backward_grid(const void* kernel, void (*entry)(Backwa
 template <int HC, typename WT, bool RES, int RD>
 cudaError_t launch_backward_variant(const BackwardArgs& in) {
   constexpr int N = RES ? 3 : 2;
+  if (in.form == kFused) return launch_backward_fused<HC, WT, RES>(in);
   BackwardArgs a = in;
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);

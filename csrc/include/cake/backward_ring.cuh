@@ -27,11 +27,8 @@ __host__ __device__ constexpr int bwd_row_depth(int hc) {
   return hc == 0 ? 1 : (hc >= 6144 || rows_per_cta(row_layout(hc).threads) * 4 > 32 ? 2 : 4);
 }
 
-// Threads of a backward CTA, and the CTAs per SM its register budget is set for: two CTAs of up
-// to 512 threads (64 registers each) at depth 1, else one.
-__host__ __device__ constexpr int bwd_cta_threads(int hidden) {
-  return hidden > 0 ? rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
-}
+// The CTAs per SM a ring CTA's register budget is set for: two CTAs of up to 512 threads (64
+// registers each) at depth 1, else one.
 __host__ __device__ constexpr int bwd_ctas_per_sm(int threads, int depth) {
   return threads <= kMaxCtaThreads / 2 && depth == 1 ? 2 : 1;
 }
@@ -131,7 +128,7 @@ __device__ __forceinline__ void stage_next(const BackwardArgs& a, const StagePla
 // into registers; the CTA barrier that the g*w*xhat dots need anyway is also the point where
 // that slot is free to refill. Each thread accumulates g*x*rstd for its fixed columns in FP64
 // registers; at the end of a chunk the row groups are combined in group order and the chunk's
-// partial row is written (or, in the small form, dw itself).
+// partial row is written.
 template <int HC, typename WT, bool RES, int RD>
 __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_threads(HC), RD))
     backward_ring_kernel(const BackwardArgs a) {

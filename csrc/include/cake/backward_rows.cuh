@@ -32,9 +32,9 @@ __device__ __forceinline__ float slice_dot(const Geom& G, const Pack8 (&g)[VMAX]
   return dot;
 }
 
-// dx (+ g_residual) of one row from its slices, rstd r and the row's dot; and the row's exact
-// g*x*rstd added to the thread's FP64 column sums.
-template <bool WREGS, bool RES, int VMAX, class Geom, typename WT, int VW>
+// dx (+ g_residual) of one row from its slices, rstd r and the row's dot; and (DW) the row's
+// exact g*x*rstd added to the thread's FP64 column sums.
+template <bool WREGS, bool RES, bool DW = true, int VMAX, class Geom, typename WT, int VW>
 __device__ __forceinline__ void slice_dx_dw(const Geom& G, const BackwardArgs& a, int64_t row,
                                             const Pack8 (&g)[VMAX], const Pack8 (&x)[VMAX],
                                             const Pack8 (&gr)[VMAX], float r, float dot,
@@ -53,7 +53,7 @@ __device__ __forceinline__ void slice_dx_dw(const Geom& G, const BackwardArgs& a
       for (int e = 0; e < kVec; ++e) {
         out[e] = r * (gf[e] * wk[e] - (xf[e] * r) * c);
         // g*x of two BF16 values is exact in FP32, and times rstd exact in FP64.
-        acc[k][e] = fma(double(gf[e] * xf[e]), rd, acc[k][e]);
+        if constexpr (DW) acc[k][e] = fma(double(gf[e] * xf[e]), rd, acc[k][e]);
       }
       if constexpr (RES) {
         float rf[kVec];
@@ -75,8 +75,8 @@ __device__ __forceinline__ void zero_acc(double (&acc)[VMAX][kVec]) {
 }
 
 // End of a chunk: the CTA's row groups are combined in group order through `group_acc`
-// ([(rpc - 1) * hidden] doubles of shared memory) and the chunk's partial row is written, or, in
-// the small form, dw itself. Every thread of the CTA calls it (CTA barriers inside).
+// ([(rpc - 1) * hidden] doubles of shared memory) and the chunk's partial row is written. Every
+// thread of the CTA calls it (CTA barriers inside).
 template <int VMAX, class Geom>
 __device__ __forceinline__ void finish_chunk(const Geom& G, const BackwardArgs& a, int64_t chunk,
                                              const double (&acc)[VMAX][kVec], double* group_acc) {
@@ -102,18 +102,9 @@ __device__ __forceinline__ void finish_chunk(const Geom& G, const BackwardArgs& 
       for (int gi = 1; gi < G.rpc; ++gi) s += group_acc[(gi - 1) * G.hidden + G.col(k) + e];
       out[e] = s;
     }
-    if (a.form == kSmall) {
-      // One chunk: its sum is already the canonical total (s + (0 + 0) rounds the same).
-      float f[kVec];
+    double* dst = a.partials + chunk * a.hidden + G.col(k);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = float(out[e]);
-      *reinterpret_cast<float4*>(a.dw + G.col(k)) = make_float4(f[0], f[1], f[2], f[3]);
-      *reinterpret_cast<float4*>(a.dw + G.col(k) + 4) = make_float4(f[4], f[5], f[6], f[7]);
-    } else {
-      double* dst = a.partials + chunk * a.hidden + G.col(k);
-#pragma unroll
-      for (int e = 0; e < kVec; e += 2) *reinterpret_cast<double2*>(dst + e) = make_double2(out[e], out[e + 1]);
-    }
+    for (int e = 0; e < kVec; e += 2) *reinterpret_cast<double2*>(dst + e) = make_double2(out[e], out[e + 1]);
   }
 }
 

@@ -116,8 +116,10 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   if (workspace.numel() < need) {
     TVM_FFI_THROW(ValueError) << "workspace holds " << workspace.numel() << " bytes, needs " << need;
   }
-  if (form != kPair && form != kSingle && form != kSmall) TVM_FFI_THROW(ValueError) << "unknown form " << form;
-  if (form == kSmall && chunks != 1) TVM_FFI_THROW(ValueError) << "the small form runs one chunk, got " << chunks;
+  if (form != kPair && form != kSingle && form != kFused) TVM_FFI_THROW(ValueError) << "unknown form " << form;
+  if (form == kFused && chunk_rows != 1) {
+    TVM_FFI_THROW(ValueError) << "the fused form runs one-row chunks, got chunks of " << chunk_rows << " rows";
+  }
   BackwardArgs a{};
   a.g = static_cast<const __nv_bfloat16*>(base_ptr(g));
   a.x = static_cast<const __nv_bfloat16*>(base_ptr(x));

@@ -60,6 +60,11 @@ __host__ __device__ constexpr int rows_per_cta(int row_threads) {
   return row_threads >= kCtaThreads ? 1 : kCtaThreads / row_threads;
 }
 
+// Threads of a full backward CTA of width `hidden` (0: the generic program, any width).
+__host__ __device__ constexpr int bwd_cta_threads(int hidden) {
+  return hidden > 0 ? rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
+}
+
 // Offsets of a row in a [d0, d1, H] view with element strides (s0, s1, 1). 64-bit throughout.
 struct RowView {
   int64_t d1, s0, s1;

@@ -1,0 +1,204 @@
+// Backward form "fused", for partitions of one-row chunks (few rows): the whole backward in one
+// launch of two kinds of CTA, neither waiting for the other.
+// - Tile CTAs sum dw for 128 columns straight from g, x and rstd: a one-row chunk's partial is its
+//   row's g*x*rstd, formed as the engines form it, and the tile runs the reduce kernel's two
+//   levels in the reduce kernel's order, so dw has the pair form's bits without partials in memory.
+// - Row CTAs compute dx alone, in straight-line code: no chunk loop, no next-row loads, no FP64
+//   accumulators (one row: the row CTA writes dw too, and the grid has no tile CTAs).
+// Few rows are latency, not bandwidth: the pair form's second launch and its partials' round trip
+// through L2 are what this form removes.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "cake/args.cuh"
+#include "cake/backward_rows.cuh"
+#include "cake/dw_reduce.cuh"
+#include "cake/layout.cuh"
+#include "cake/reduce.cuh"
+#include "cake/rows.cuh"
+#include "cake/vec.cuh"
+
+namespace cake {
+
+constexpr int kTileLaneCols = 4;                          // columns per lane: one 8-byte load per input
+constexpr int kTileCols = 32 * kTileLaneCols;             // columns per tile CTA
+
+// Tile CTAs of a fused launch over `rows` one-row chunks; a single row needs none.
+__host__ __device__ __forceinline__ int64_t fused_tiles(int64_t rows, int64_t hidden) {
+  return rows > 1 ? (hidden + kTileCols - 1) / kTileCols : 0;
+}
+
+// Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs.
+__host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t rows) {
+  if (rows <= 1) return 0;
+  const int64_t len = dw_block_len(rows);
+  return size_t((rows + len - 1) / len) * kTileCols * sizeof(double2);
+}
+
+// A one-row chunk's partial, exactly as slice_dx_dw forms a chunk's first row (onto a zero sum).
+__device__ __forceinline__ double row_partial(float g, float x, double rd) { return fma(double(g * x), rd, 0.0); }
+
+// dw of a single one-row chunk: the canonical tree (level 1, level 2) over one value, so its bits
+// are the reduce's (a lone -0.0 becomes +0.0 there, as it does here).
+__device__ __forceinline__ float one_chunk_dw(double partial) {
+  Compensated block;
+  block.add(partial);
+  DwFinal f;
+  f.add(block);
+  return f.value();
+}
+
+// A lane's kTileLaneCols columns of one row (g, x as BF16 pairs) and the row's rstd.
+struct TileRow {
+  uint2 g, x;
+  float rstd;
+  __device__ __forceinline__ static TileRow load(const BackwardArgs& a, int64_t row, int64_t col) {
+    TileRow t;
+    t.g = __ldg(reinterpret_cast<const uint2*>(a.g + a.gv.offset(row) + col));
+    t.x = __ldg(reinterpret_cast<const uint2*>(a.x + a.xv.offset(row) + col));
+    t.rstd = __ldg(a.rstd + row);
+    return t;
+  }
+};
+
+__device__ __forceinline__ void unpack4(uint2 v, float (&f)[kTileLaneCols]) {
+  f[0] = lo_bf16(v.x);
+  f[1] = hi_bf16(v.x);
+  f[2] = lo_bf16(v.y);
+  f[3] = hi_bf16(v.y);
+}
+
+// dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
+// order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the
+// blocks in block order) a column per thread. Every thread of the CTA
+// calls it (one CTA barrier inside, and one before the CTA's next tile reuses `blocks`).
+__device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t base = tile * kTileCols;
+  const int64_t col = base + int64_t(lane) * kTileLaneCols;
+  const int64_t len = dw_block_len(a.rows), nb = (a.rows + len - 1) / len;
+  if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
+    for (int64_t b = warp; b < nb; b += warps) {
+      Compensated s[kTileLaneCols];
+      const int64_t r0 = b * len, r1 = r0 + len < a.rows ? r0 + len : a.rows;
+      // the next row's loads go out before this row's sums (a warp walks up to len rows)
+      TileRow next = TileRow::load(a, r0, col);
+      for (int64_t r = r0; r < r1; ++r) {
+        const TileRow cur = next;
+        if (r + 1 < r1) next = TileRow::load(a, r + 1, col);
+        float gf[kTileLaneCols], xf[kTileLaneCols];
+        unpack4(cur.g, gf);
+        unpack4(cur.x, xf);
+        const double rd = double(cur.rstd);
+#pragma unroll
+        for (int e = 0; e < kTileLaneCols; ++e) s[e].add(row_partial(gf[e], xf[e], rd));
+      }
+#pragma unroll
+      for (int e = 0; e < kTileLaneCols; ++e) blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[e].s, s[e].c);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x) {
+    DwFinal f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const double2 v = blocks[b * kTileCols + c];
+      Compensated s;
+      s.s = v.x;
+      s.c = v.y;
+      f.add(s);
+    }
+    a.dw[base + c] = f.value();
+  }
+  __syncthreads();
+}
+
+// dx of the rows of row CTA `cta` (G.rpc row groups, a row each); with one row in all, dw too.
+template <int HC, typename WT, bool RES, class Geom>
+__device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
+  constexpr int VMAX = Geom::template vmax<HC>();
+  constexpr int N = RES ? 3 : 2;
+  constexpr bool kWRegs = HC > 0;
+  const WT* wp = static_cast<const WT*>(a.w);
+  const __nv_bfloat16* src[N];
+  RowView views[N];
+  src[0] = a.g;
+  views[0] = a.gv;
+  src[1] = a.x;
+  views[1] = a.xv;
+  if constexpr (RES) {
+    src[N - 1] = a.g_residual;
+    views[N - 1] = a.grv;
+  }
+  const int64_t row = cta * G.rpc + G.group;
+  const bool live = row < a.rows;
+  WeightSlice<WT> w[Geom::template wregs<HC>()];
+  G.template load_weights<kWRegs>(wp, w);
+  RowData<VMAX, N> d;
+  d.load(G, src, views, row, live);
+  const float r = live ? a.rstd[row] : 0.f;
+  float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
+  dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);
+  if (!live) return;
+  double unused[VMAX][kVec];
+  slice_dx_dw<kWRegs, RES, false>(G, a, row, d.v[0], d.v[1], d.v[N - 1], r, dot, w, wp, unused);
+  if (a.rows > 1) return;
+  const double rd = double(r);
+#pragma unroll
+  for (int k = 0; k < VMAX; ++k) {
+    if (!G.owns(k)) continue;
+    float gf[kVec], xf[kVec], f[kVec];
+    unpack(d.v[0][k], gf);
+    unpack(d.v[1][k], xf);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) f[e] = one_chunk_dw(row_partial(gf[e], xf[e], rd));
+    *reinterpret_cast<float4*>(a.dw + G.col(k)) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(a.dw + G.col(k) + 4) = make_float4(f[4], f[5], f[6], f[7]);
+  }
+}
+
+// Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
+// rows each; grid-stride, so a capped grid finishes the same items with the same bits.
+// Bounds of a full CTA of the width: the fused grid stays within one wave at one CTA per SM, so
+// registers are not worth trading for occupancy here.
+template <int HC, typename WT, bool RES>
+__global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_fused_kernel(const BackwardArgs a) {
+  using Geom = RowGeom<false>;
+  Geom G = Geom::make<HC>(a.hidden);
+  G.rpc = static_cast<int>(blockDim.x) / G.threads;
+  __shared__ float slots[2][kMaxCtaThreads / 32];
+  extern __shared__ double2 tile_blocks[];
+  const int64_t tiles = fused_tiles(a.rows, a.hidden);
+  const int64_t items = tiles + (a.rows + G.rpc - 1) / G.rpc;
+  int parity = 0;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    if (item < tiles) {
+      fused_dw_tile(a, item, tile_blocks);
+    } else {
+      fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots[parity]);
+      parity ^= 1;
+    }
+  }
+}
+
+// One launch: row CTAs of min(rows, rows_per_cta) rows, so that no row group idles.
+template <int HC, typename WT, bool RES>
+cudaError_t launch_backward_fused(const BackwardArgs& a) {
+  if (a.chunk_rows != 1 || a.chunks != a.rows) return cudaErrorInvalidValue;
+  const RowLayout L = row_layout(static_cast<int>(a.hidden));
+  const int rpc = rows_per_cta(L.threads);
+  const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
+  const int threads = groups * L.threads;
+  const size_t smem = fused_tile_smem(a.rows);
+  auto kernel = backward_fused_kernel<HC, WT, RES>;
+  cudaError_t e = cudaSuccess;
+  resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, &e);  // opts into > 48 KB where needed
+  if (e != cudaSuccess) return e;
+  int64_t blocks = fused_tiles(a.rows, a.hidden) + (a.rows + groups - 1) / groups;
+  if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace cake
