@@ -25,7 +25,7 @@ from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
 
 TOKENS = {"fwd": (256, 512, 1024, 2048, 4096, 16384, 65536), "bwd": (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)}
 PAIRS = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
-FORM_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 264)
+FORM_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 264)
 
 
 def main(argv=None) -> int:

@@ -89,10 +89,9 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
         return text
     if form == "fused":
         groups = min(rpc, max(rows, 1))
-        tiles = ceil(hidden / FUSED_TILE_COLS) if rows > 1 else 0
-        dw = (f"{tiles} dw tile CTAs ({FUSED_TILE_COLS} columns each, the reduce's order from g, x, rstd) first"
-              if tiles else "dw written by the row's CTA")
-        return (f"backward_fused_kernel, one launch: {dw}; {ceil(max(rows, 1) / groups)} row CTA(s) of "
+        tiles = ceil(hidden / FUSED_TILE_COLS)
+        return (f"backward_fused_kernel, one launch: {tiles} dw tile CTAs ({FUSED_TILE_COLS} columns each, the "
+                f"reduce's order from g, x, rstd) first; {ceil(max(rows, 1) / groups)} row CTA(s) of "
                 f"{groups} row(s) x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
     if engine == "ring":
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "

@@ -4,7 +4,7 @@
 //   row's g*x*rstd, formed as the engines form it, and the tile runs the reduce kernel's two
 //   levels in the reduce kernel's order, so dw has the pair form's bits without partials in memory.
 // - Row CTAs compute dx alone, in straight-line code: no chunk loop, no next-row loads, no FP64
-//   accumulators (one row: the row CTA writes dw too, and the grid has no tile CTAs).
+//   accumulators.
 // Few rows are latency, not bandwidth: the pair form's second launch and its partials' round trip
 // through L2 are what this form removes.
 #pragma once
@@ -24,31 +24,22 @@ namespace cake {
 
 constexpr int kTileLaneCols = 4;                          // columns per lane: one 8-byte load per input
 constexpr int kTileCols = 32 * kTileLaneCols;             // columns per tile CTA
+// Rows a lane of a tile loads before it sums them: 4, or 2 where the row CTAs' threads leave
+// fewer registers (768 threads at H 6144; the generic program's 1024).
+__host__ __device__ constexpr int tile_depth(int hc) { return hc == 0 || hc >= 6144 ? 2 : 4; }
 
-// Tile CTAs of a fused launch over `rows` one-row chunks; a single row needs none.
-__host__ __device__ __forceinline__ int64_t fused_tiles(int64_t rows, int64_t hidden) {
-  return rows > 1 ? (hidden + kTileCols - 1) / kTileCols : 0;
-}
+// Tile CTAs of a fused launch: one per kTileCols columns, whatever the rows (even one row's dw is
+// FP64 work worth spreading over SMs: a row CTA that also summed it ran 1.35x longer at [1,4096]).
+__host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) { return (hidden + kTileCols - 1) / kTileCols; }
 
 // Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs.
 __host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t rows) {
-  if (rows <= 1) return 0;
   const int64_t len = dw_block_len(rows);
   return size_t((rows + len - 1) / len) * kTileCols * sizeof(double2);
 }
 
 // A one-row chunk's partial, exactly as slice_dx_dw forms a chunk's first row (onto a zero sum).
 __device__ __forceinline__ double row_partial(float g, float x, double rd) { return fma(double(g * x), rd, 0.0); }
-
-// dw of a single one-row chunk: the canonical tree (level 1, level 2) over one value, so its bits
-// are the reduce's (a lone -0.0 becomes +0.0 there, as it does here).
-__device__ __forceinline__ float one_chunk_dw(double partial) {
-  Compensated block;
-  block.add(partial);
-  DwFinal f;
-  f.add(block);
-  return f.value();
-}
 
 // A lane's kTileLaneCols columns of one row (g, x as BF16 pairs) and the row's rstd.
 struct TileRow {
@@ -74,6 +65,7 @@ __device__ __forceinline__ void unpack4(uint2 v, float (&f)[kTileLaneCols]) {
 // order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the
 // blocks in block order) a column per thread. Every thread of the CTA
 // calls it (one CTA barrier inside, and one before the CTA's next tile reuses `blocks`).
+template <int DEPTH>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = tile * kTileCols;
@@ -83,17 +75,23 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
     for (int64_t b = warp; b < nb; b += warps) {
       Compensated s[kTileLaneCols];
       const int64_t r0 = b * len, r1 = r0 + len < a.rows ? r0 + len : a.rows;
-      // the next row's loads go out before this row's sums (a warp walks up to len rows)
-      TileRow next = TileRow::load(a, r0, col);
-      for (int64_t r = r0; r < r1; ++r) {
-        const TileRow cur = next;
-        if (r + 1 < r1) next = TileRow::load(a, r + 1, col);
-        float gf[kTileLaneCols], xf[kTileLaneCols];
-        unpack4(cur.g, gf);
-        unpack4(cur.x, xf);
-        const double rd = double(cur.rstd);
+      // DEPTH rows' loads go out before their sums (a warp walks len rows per block)
+      for (int64_t r = r0; r < r1; r += DEPTH) {
+        TileRow t[DEPTH];
 #pragma unroll
-        for (int e = 0; e < kTileLaneCols; ++e) s[e].add(row_partial(gf[e], xf[e], rd));
+        for (int i = 0; i < DEPTH; ++i)
+          if (r + i < r1) t[i] = TileRow::load(a, r + i, col);
+#pragma unroll
+        for (int i = 0; i < DEPTH; ++i) {
+          if (r + i < r1) {
+            float gf[kTileLaneCols], xf[kTileLaneCols];
+            unpack4(t[i].g, gf);
+            unpack4(t[i].x, xf);
+            const double rd = double(t[i].rstd);
+#pragma unroll
+            for (int e = 0; e < kTileLaneCols; ++e) s[e].add(row_partial(gf[e], xf[e], rd));
+          }
+        }
       }
 #pragma unroll
       for (int e = 0; e < kTileLaneCols; ++e) blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[e].s, s[e].c);
@@ -114,7 +112,7 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
   __syncthreads();
 }
 
-// dx of the rows of row CTA `cta` (G.rpc row groups, a row each); with one row in all, dw too.
+// dx of the rows of row CTA `cta` (G.rpc row groups, a row each).
 template <int HC, typename WT, bool RES, class Geom>
 __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
   constexpr int VMAX = Geom::template vmax<HC>();
@@ -141,21 +139,8 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
   float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
   dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);
   if (!live) return;
-  double unused[VMAX][kVec];
+  double unused[VMAX][kVec];  // no dw here: the tiles sum it
   slice_dx_dw<kWRegs, RES, false>(G, a, row, d.v[0], d.v[1], d.v[N - 1], r, dot, w, wp, unused);
-  if (a.rows > 1) return;
-  const double rd = double(r);
-#pragma unroll
-  for (int k = 0; k < VMAX; ++k) {
-    if (!G.owns(k)) continue;
-    float gf[kVec], xf[kVec], f[kVec];
-    unpack(d.v[0][k], gf);
-    unpack(d.v[1][k], xf);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) f[e] = one_chunk_dw(row_partial(gf[e], xf[e], rd));
-    *reinterpret_cast<float4*>(a.dw + G.col(k)) = make_float4(f[0], f[1], f[2], f[3]);
-    *reinterpret_cast<float4*>(a.dw + G.col(k) + 4) = make_float4(f[4], f[5], f[6], f[7]);
-  }
 }
 
 // Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
@@ -169,12 +154,12 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_fused_kernel(
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
   __shared__ float slots[2][kMaxCtaThreads / 32];
   extern __shared__ double2 tile_blocks[];
-  const int64_t tiles = fused_tiles(a.rows, a.hidden);
+  const int64_t tiles = fused_tiles(a.hidden);
   const int64_t items = tiles + (a.rows + G.rpc - 1) / G.rpc;
   int parity = 0;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     if (item < tiles) {
-      fused_dw_tile(a, item, tile_blocks);
+      fused_dw_tile<tile_depth(HC)>(a, item, tile_blocks);
     } else {
       fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots[parity]);
       parity ^= 1;
@@ -195,7 +180,7 @@ cudaError_t launch_backward_fused(const BackwardArgs& a) {
   cudaError_t e = cudaSuccess;
   resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, &e);  // opts into > 48 KB where needed
   if (e != cudaSuccess) return e;
-  int64_t blocks = fused_tiles(a.rows, a.hidden) + (a.rows + groups - 1) / groups;
+  int64_t blocks = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   kernel<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
   return cudaGetLastError();
