@@ -53,6 +53,9 @@ def unmeasured(note: str) -> Evidence:
 # single form and 6.8 us in the pair form (bwd_h256). The edge rows themselves are not measured.
 SINGLE_FORM_ROUND_TRIPS = 8
 
+QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
+H200 = "NVIDIA H200"
+
 # The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
 # warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 64 rows.
 FUSED_RULE_ROWS = 64
@@ -64,8 +67,27 @@ def fused_rule_evidence(arch: str) -> Evidence:
     return unmeasured(f"Blackwell build: compiled, never measured; the rule of {FUSED_RULE_ROWS} rows")
 
 
-# (arch, H) -> (last row count of the fused form, evidence), measured with bench/engines.py --forms.
-MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {}
+def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence]:
+    return at, Evidence(
+        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"bwd_h{hidden} fused", above=f"bwd_h{hidden} pair",
+        ratio=ratio, note="bench/engines.py --forms (CUPTI kernel-active, cold L2, median of 30; the two forms' bits "
+        "compared equal at every row count); " + ("the fused form wins up to the last row count of one-row "
+        "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
+
+
+# (arch, H) -> (last row count of the fused form, evidence). Measured with bench/engines.py
+# --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
+# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16), and up to 96 rows at H 256 / 512,
+# where a tile's 16 warps walk more rows than the pair form's row CTAs.
+MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
+    ("sm_90a", 256): _fused(256, 96, "pair/fused = 1.015 at T=96 (5.25 vs 5.17 us), 0.958 at T=128 (5.50 vs 5.75)", False),
+    ("sm_90a", 512): _fused(512, 96, "pair/fused = 1.053 at T=96 (5.44 vs 5.17 us), 0.978 at T=128 (5.66 vs 5.79)", False),
+    ("sm_90a", 1536): _fused(1536, 64, "pair/fused = 1.139 at T=64 (6.05 vs 5.31 us)", True),
+    ("sm_90a", 2048): _fused(2048, 64, "pair/fused = 1.328 at T=64 (6.42 vs 4.83 us)", True),
+    ("sm_90a", 4096): _fused(4096, 64, "pair/fused = 1.570 at T=64 (7.58 vs 4.83 us)", True),
+    ("sm_90a", 5120): _fused(5120, 64, "pair/fused = 1.823 at T=64 (9.36 vs 5.14 us)", True),
+    ("sm_90a", 6144): _fused(6144, 64, "pair/fused = 1.863 at T=64 (9.98 vs 5.36 us)", True),
+}
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
 # last open. The partition fixes dw's bits, so these are part of the bit contract: a function of
@@ -92,8 +114,6 @@ DW_CHUNKS = {
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
 
-QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
-H200 = "NVIDIA H200"
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
 # (arch, H) -> (last row count of the single form, evidence); 0: no single window. On sm_90a the
