@@ -63,8 +63,8 @@ __device__ __forceinline__ void unpack4(uint2 v, float (&f)[kTileLaneCols]) {
 
 // dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
 // order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the
-// blocks in block order) a column per thread. Every thread of the CTA calls it (one CTA barrier
-// inside, and one before the CTA's next tile reuses `blocks`).
+// blocks in block order) a column per thread. Every thread of the CTA
+// calls it (one CTA barrier inside, and one before the CTA's next tile reuses `blocks`).
 template <int DEPTH>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -98,29 +98,16 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
     }
   }
   __syncthreads();
-  // A CTA of fewer than kTileCols threads (a row or two of a narrow width) gives each thread up to
-  // kTileLaneCols columns, nt apart, as independent chains side by side.
-  const int nt = blockDim.x < kTileCols ? static_cast<int>(blockDim.x) : kTileCols;
-  if (static_cast<int>(threadIdx.x) < nt) {
-    DwFinal f[kTileLaneCols];
+  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x) {
+    DwFinal f;
     for (int64_t b = 0; b < nb; ++b) {
-#pragma unroll
-      for (int j = 0; j < kTileLaneCols; ++j) {
-        const int c = static_cast<int>(threadIdx.x) + j * nt;
-        if (c < kTileCols) {
-          const double2 v = blocks[b * kTileCols + c];
-          Compensated s;
-          s.s = v.x;
-          s.c = v.y;
-          f[j].add(s);
-        }
-      }
+      const double2 v = blocks[b * kTileCols + c];
+      Compensated s;
+      s.s = v.x;
+      s.c = v.y;
+      f.add(s);
     }
-#pragma unroll
-    for (int j = 0; j < kTileLaneCols; ++j) {
-      const int c = static_cast<int>(threadIdx.x) + j * nt;
-      if (c < kTileCols && base + c < a.hidden) a.dw[base + c] = f[j].value();
-    }
+    a.dw[base + c] = f.value();
   }
   __syncthreads();
 }
