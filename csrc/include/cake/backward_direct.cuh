@@ -27,22 +27,13 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(cons
   Geom G = Geom::make<HC>(a.hidden);
   if constexpr (CUT) G.rpc = static_cast<int>(blockDim.x) / G.threads;
   constexpr int VMAX = Geom::vmax<HC>();
-  constexpr int N = RES ? 3 : 2;
+  constexpr int N = BackwardSources<RES>::N;
   constexpr bool kWRegs = HC > 0;
   const WT* wp = static_cast<const WT*>(a.w);
   __shared__ float slots[2][kMaxCtaThreads / 32];
   extern __shared__ double group_acc[];  // [(rpc - 1) * hidden]: row groups 1.. of the CTA
 
-  const __nv_bfloat16* src[N];
-  RowView views[N];
-  src[0] = a.g;
-  views[0] = a.gv;
-  src[1] = a.x;
-  views[1] = a.xv;
-  if constexpr (RES) {
-    src[N - 1] = a.g_residual;
-    views[N - 1] = a.grv;
-  }
+  const BackwardSources<RES> in(a);
   WeightSlice<WT> w[Geom::wregs<HC>()];
   G.template load_weights<kWRegs>(wp, w);
 
@@ -54,14 +45,14 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(cons
     const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
     int64_t row = r0 + G.group;
     RowData<VMAX, N> next;
-    next.load(G, src, views, row, row < r1);
+    next.load(G, in.src, in.views, row, row < r1);
     float rnext = row < r1 ? a.rstd[row] : 0.f;
     // The loop count is the same for every thread of the CTA (barriers inside the reduction).
     for (int64_t base = r0; base < r1; base += G.rpc, row += G.rpc) {
       const bool live = row < r1;
       const RowData<VMAX, N> cur = next;
       const float r = rnext;
-      next.load(G, src, views, row + G.rpc, row + G.rpc < r1);
+      next.load(G, in.src, in.views, row + G.rpc, row + G.rpc < r1);
       rnext = row + G.rpc < r1 ? a.rstd[row + G.rpc] : 0.f;
       float dot = live ? slice_dot<kWRegs>(G, cur.v[0], cur.v[1], w, wp) : 0.f;
       dot = row_allsum(dot, G.warps, &slots[parity][G.group * G.warps]);

@@ -34,12 +34,9 @@ __host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) { return
 
 // Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs.
 __host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t rows) {
-  const int64_t len = dw_block_len(rows);
-  return size_t((rows + len - 1) / len) * kTileCols * sizeof(double2);
+  return size_t(dw_blocks(rows)) * kTileCols * sizeof(double2);
 }
 
-// A one-row chunk's partial, exactly as slice_dx_dw forms a chunk's first row (onto a zero sum).
-__device__ __forceinline__ double row_partial(float g, float x, double rd) { return fma(double(g * x), rd, 0.0); }
 
 // A lane's kTileLaneCols columns of one row (g, x as BF16 pairs) and the row's rstd.
 struct TileRow {
@@ -63,14 +60,14 @@ __device__ __forceinline__ void unpack4(uint2 v, float (&f)[kTileLaneCols]) {
 
 // dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
 // order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the
-// blocks in block order) a column per thread. Every thread of the CTA
-// calls it (one CTA barrier inside, and one before the CTA's next tile reuses `blocks`).
+// blocks in block order) a column per thread. Every thread of the CTA calls it (one CTA barrier
+// inside, and one before the CTA's next tile reuses `blocks`).
 template <int DEPTH>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = tile * kTileCols;
   const int64_t col = base + int64_t(lane) * kTileLaneCols;
-  const int64_t len = dw_block_len(a.rows), nb = (a.rows + len - 1) / len;
+  const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
   if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
     for (int64_t b = warp; b < nb; b += warps) {
       Compensated s[kTileLaneCols];
@@ -89,7 +86,7 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
             unpack4(t[i].x, xf);
             const double rd = double(t[i].rstd);
 #pragma unroll
-            for (int e = 0; e < kTileLaneCols; ++e) s[e].add(row_partial(gf[e], xf[e], rd));
+            for (int e = 0; e < kTileLaneCols; ++e) s[e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
           }
         }
       }
@@ -98,17 +95,8 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x) {
-    DwFinal f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const double2 v = blocks[b * kTileCols + c];
-      Compensated s;
-      s.s = v.x;
-      s.c = v.y;
-      f.add(s);
-    }
-    a.dw[base + c] = f.value();
-  }
+  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x)
+    a.dw[base + c] = dw_final_of(blocks + c, nb, kTileCols);
   __syncthreads();
 }
 
@@ -116,25 +104,16 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
 template <int HC, typename WT, bool RES, class Geom>
 __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
   constexpr int VMAX = Geom::template vmax<HC>();
-  constexpr int N = RES ? 3 : 2;
+  constexpr int N = BackwardSources<RES>::N;
   constexpr bool kWRegs = HC > 0;
   const WT* wp = static_cast<const WT*>(a.w);
-  const __nv_bfloat16* src[N];
-  RowView views[N];
-  src[0] = a.g;
-  views[0] = a.gv;
-  src[1] = a.x;
-  views[1] = a.xv;
-  if constexpr (RES) {
-    src[N - 1] = a.g_residual;
-    views[N - 1] = a.grv;
-  }
+  const BackwardSources<RES> in(a);
   const int64_t row = cta * G.rpc + G.group;
   const bool live = row < a.rows;
   WeightSlice<WT> w[Geom::template wregs<HC>()];
   G.template load_weights<kWRegs>(wp, w);
   RowData<VMAX, N> d;
-  d.load(G, src, views, row, live);
+  d.load(G, in.src, in.views, row, live);
   const float r = live ? a.rstd[row] : 0.f;
   float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
   dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);

@@ -13,6 +13,31 @@
 
 namespace cake {
 
+// The backward's input rows in RowData order, g, x [, g_residual], with their views.
+template <bool RES>
+struct BackwardSources {
+  static constexpr int N = RES ? 3 : 2;
+  const __nv_bfloat16* src[N];
+  RowView views[N];
+  __device__ __forceinline__ explicit BackwardSources(const BackwardArgs& a) {
+    src[0] = a.g;
+    views[0] = a.gv;
+    src[1] = a.x;
+    views[1] = a.xv;
+    if constexpr (RES) {
+      src[N - 1] = a.g_residual;
+      views[N - 1] = a.grv;
+    }
+  }
+};
+
+// One element's g*x*rstd added to a dw sum: g*x of two BF16 values is exact in FP32, and times
+// rstd exact in FP64. Every way of forming dw (the engines' chunk sums, the fused form's tiles)
+// goes through it, which is what keeps their bits equal.
+__device__ __forceinline__ double dw_term(float g, float x, double rd, double acc) {
+  return fma(double(g * x), rd, acc);
+}
+
 // This thread's part of sum_j g*w*x over its slices of one row, in the canonical order.
 template <bool WREGS, int VMAX, class Geom, typename WT, int VW>
 __device__ __forceinline__ float slice_dot(const Geom& G, const Pack8 (&g)[VMAX], const Pack8 (&x)[VMAX],
@@ -52,8 +77,7 @@ __device__ __forceinline__ void slice_dx_dw(const Geom& G, const BackwardArgs& a
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         out[e] = r * (gf[e] * wk[e] - (xf[e] * r) * c);
-        // g*x of two BF16 values is exact in FP32, and times rstd exact in FP64.
-        if constexpr (DW) acc[k][e] = fma(double(gf[e] * xf[e]), rd, acc[k][e]);
+        if constexpr (DW) acc[k][e] = dw_term(gf[e], xf[e], rd, acc[k][e]);
       }
       if constexpr (RES) {
         float rf[kVec];
