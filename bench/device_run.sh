@@ -5,7 +5,7 @@
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
-# fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs).
+# fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs; FWDLAUNCH_ARGS).
 # partition: bench/partition.py (the backward's dw partition against chunks of 1, 2, 4, 8 rows).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
@@ -71,10 +71,10 @@ if has cakebench; then
 fi
 if has variants; then
   OLD=""; for d in .variants/*/; do [[ -f $d/build.json ]] && OLD="$OLD --old ${d%/}"; done  # every carried tree
-  timeout "$(left)" python3 bench/variants.py $OLD $VARIANT_ARGS --out "$LOG/variants" 2>&1 | tee "$LOG/variants.log" | grep -v "^building"
+  timeout "$(left)" python3 bench/variants.py $OLD $VARIANT_ARGS --out /tmp/variants 2>&1 | tee "$LOG/variants.log" | grep -v "^building"; cp /tmp/variants/variants.json "$LOG/" 2>/dev/null
 fi
 if has fwdlaunch; then
-  timeout "$(left)" python3 bench/fwd_launch.py --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
+  timeout "$(left)" python3 bench/fwd_launch.py $FWDLAUNCH_ARGS --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
 fi
 if has partition; then
   timeout "$(left)" python3 bench/partition.py $PARTITION_ARGS --out "$LOG/partition" 2>&1 | tee "$LOG/partition.log"
@@ -83,10 +83,10 @@ if has engines; then
   timeout "$(left)" python3 bench/engines.py $ENGINE_ARGS --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
 fi
 if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
-  timeout "$(left)" ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
-    --section InstructionStats --section LaunchStats \
+  SECS=${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats InstructionStats LaunchStats}
+  timeout "$(left)" ncu --clock-control none $(for s in $SECS; do printf -- '--section %s ' "$s"; done) \
     -k regex:"${NCU_KERNELS:-forward_kernel|backward_(direct|ring)_kernel}" python3 bench/probe.py $PROBE_ARGS > "$LOG/ncu.txt" 2>&1
-  grep -E "^  [a-zA-Z_]+(kernel|triton)|^  triton|Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Achieved Occupancy|Block Size|Grid Size|stalled" "$LOG/ncu.txt" \
+  grep -E "^  [a-zA-Z_]+(kernel|triton)|^  triton|Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Achieved Occupancy|Block Size|Grid Size|stalled|Memory Throughput|L2 Hit|Mem Busy|Max Bandwidth|Theoretical Occupancy" "$LOG/ncu.txt" \
     | sed -E 's/ +/ /g' | cut -c1-160 | head -150
 fi
 if has sanitize; then timeout "$(left)" bash bench/sanitize.sh 2>&1 | tee "$LOG/sanitizer.log" | tail -12; fi

@@ -4,7 +4,8 @@
 
 A variant is a one-line program body (an instantiation of the pass's launcher with tuning
 arguments, e.g. ``launch_backward_width<4096, 1>`` for ring row depth 1, or
-``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1) built beside the routed
+``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1, ``<256, true, 2>``
+for two rows per thread) built beside the routed
 programs and put in the place of the routed program of its key while its shapes are timed, with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` (repeatable)
 adds the programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier
@@ -117,6 +118,9 @@ def main(argv=None) -> int:
                     help="another source tree to time beside (build.json + files); repeatable")
     ap.add_argument("--old-only", action="store_true", help="time the routed and --old programs only")
     ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
+    ap.add_argument("--fwd-args", default="true;false",
+                    help="forward launcher arguments to build, ';'-separated: 'WREGS[, rows per thread]'")
+    ap.add_argument("--bwd-args", default="1;2;4", help="backward ring row depths to build, ';'-separated")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
     tokens = bench.int_list(a.tokens)
@@ -126,9 +130,9 @@ def main(argv=None) -> int:
         for h in widths:
             if not a.old_only and pass_ == "bwd":
                 rpc = layout.rows_per_cta(layout.row_layout(h)[0])
-                vs += [tuned("bwd", h, str(rd)) for rd in (1, 2, 4) if rpc * rd <= 32]
+                vs += [tuned("bwd", h, rd) for rd in a.bwd_args.split(";") if rd and rpc * int(rd) <= 32]
             elif not a.old_only:
-                vs += [tuned("fwd", h, wr) for wr in ("true", "false")]
+                vs += [tuned("fwd", h, fa.strip()) for fa in a.fwd_args.split(";") if fa.strip()]
             vs += [old_tree(pass_, h, tree) for tree in a.old]
     print(f"building {len(vs)} variants", flush=True)
     with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as ex:
@@ -168,7 +172,22 @@ def main(argv=None) -> int:
                           flush=True)
                 del x, g
     Path(a.out, "variants.json").write_text(json.dumps(rows_out, indent=1))
+    summary(rows_out)
     return 0 if all(r["bits_equal"] for r in rows_out if "@" not in r["variant"]) else 1
+
+
+def summary(rows: list[dict]) -> None:
+    """One line per pass and shape: each variant's us and its ratio to the routed program's
+    (* where its bits differ)."""
+    print("\nsummary: variant us (variant / routed)")
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by.setdefault((r["pass"], r["shape"]), []).append(r)
+    for (pass_, shape), rs in by.items():
+        base = next(r["us"] for r in rs if r["variant"] == "routed")
+        cells = [f"{r['variant'].split('_h', 1)[-1]} {r['us']:.2f} ({r['us'] / base:.3f}){'' if r['bits_equal'] else '*'}"
+                 for r in rs if r["variant"] != "routed"]
+        print(f"{pass_} {shape:22s} routed {base:.2f} | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -191,16 +191,64 @@ ENGINE_EDGES: dict[tuple[str, str, int, str], tuple[int, Evidence]] = {
 }
 
 
+def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple[int, Evidence] | None:
+    """table[(arch, *rest)]: measured on sm_90a; Blackwell archs take the sm_90a entry, marked
+    unmeasured."""
+    hit = table.get((arch, *rest))
+    if hit is not None or arch == "sm_90a":
+        return hit
+    base = table.get(("sm_90a", *rest))
+    if base is None:
+        return None
+    return base[0], unmeasured(f"Blackwell build: compiled, never measured; the sm_90a {what} ({base[1].ratio})")
+
+
 def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tuple[int, Evidence] | None:
     """The engine edge of a route: measured on sm_90a; Blackwell archs take the sm_90a edge,
     marked unmeasured."""
-    hit = ENGINE_EDGES.get((arch, pass_, hidden, weight))
-    if hit is not None or arch == "sm_90a":
-        return hit
-    base = ENGINE_EDGES.get(("sm_90a", pass_, hidden, weight))
-    if base is None:
-        return None
-    return base[0], unmeasured(f"Blackwell build: compiled, never measured; the sm_90a engine edge ({base[1].ratio})")
+    return _on_arch(ENGINE_EDGES, arch, (pass_, hidden, weight), "engine edge")
+
+
+# Rows per forward CTA at many rows (past cake_jit.FWD_SPREAD_WAVES full CTAs per SM; below that
+# the spread rule of cake_jit.fwd_cta_rows decides): (arch, H) -> (rows per CTA, evidence); widths
+# absent keep full CTAs. A CTA's rows share its barrier, so a row of 64-192 threads waits for the
+# slowest of its CTA-mates' loads; smaller CTAs free them row by row. Rows of one warp (H 256)
+# want full CTAs: 64-thread CTAs there cost 1.09-1.11x (CTA launch rate). Measured on the plain
+# rows with BF16 weight; the FP32-weight and residual rows take the same CTA size (not timed apart:
+# the launch changes no bit, only time).
+def _cta_rows(hidden: int, rows: int, ratio: str) -> tuple[int, Evidence]:
+    return rows, Evidence(
+        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"fwd_h{hidden} full CTAs",
+        above=f"fwd_h{hidden} {rows} row(s) per CTA", ratio=ratio,
+        note="bench/fwd_launch.py --cta-rows 1,2 --ctas-per-sm 2,4,8 (CUPTI kernel-active, cold L2, median of 30; "
+             "bits equal); H 256 and 4096 kept full CTAs (rows per CTA 1-2: 1.00-1.11x)")
+
+
+MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[int, Evidence]] = {
+    ("sm_90a", 512): _cta_rows(512, 2, "2 rows / 16 = 0.974 at T=16384 (10.78 vs 11.07 us), 0.976 at 65536 (35.73 vs 36.62)"),
+    ("sm_90a", 1536): _cta_rows(1536, 1, "1 row / 8 = 0.972 at T=16384 (26.94 vs 27.73 us), 0.976 at 65536 (100.00 vs 102.50)"),
+    ("sm_90a", 2048): _cta_rows(2048, 1, "1 row / 8 = 0.948 at T=16384 (34.75 vs 36.67 us), 0.971 at 65536 (130.53 vs 134.43)"),
+    ("sm_90a", 5120): _cta_rows(5120, 1, "1 row / 3 = 0.965 at T=16384 (85.02 vs 88.11 us), 0.982 at 65536 (331.78 vs 337.76)"),
+    ("sm_90a", 6144): _cta_rows(6144, 1, "1 row / 2 = 0.993 at T=16384 (101.63 vs 102.32 us), 0.990 at 65536 (398.11 vs 402.30)"),
+}
+
+
+def fwd_many_rows_cta_rows(arch: str, hidden: int) -> tuple[int, Evidence] | None:
+    """Rows per forward CTA at many rows where measured (None: full CTAs). Blackwell archs take
+    the sm_90a value, marked unmeasured."""
+    return _on_arch(MEASURED_FWD_CTA_ROWS, arch, (hidden,), "CTA size")
+
+
+# Rows per forward thread at many rows (past cake_jit.FWD_SPREAD_WAVES full CTAs per SM), for the
+# widths whose program builds more than one (rows of one warp: cake_jit.fwd_max_rows_per_thread):
+# (arch, H) -> (rows per thread, evidence); widths absent take one row per thread.
+MEASURED_FWD_ROWS_PER_THREAD: dict[tuple[str, int], tuple[int, Evidence]] = {}
+
+
+def fwd_many_rows_per_thread(arch: str, hidden: int) -> tuple[int, Evidence] | None:
+    """Rows per forward thread at many rows where measured (None: one). Blackwell archs take the
+    sm_90a value, marked unmeasured."""
+    return _on_arch(MEASURED_FWD_ROWS_PER_THREAD, arch, (hidden,), "rows per thread")
 
 
 def rule_evidence(arch: str) -> Evidence:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cake_rmsnorm_det as crd
-from cake_rmsnorm_det import cake_jit, layout, routes
+from cake_rmsnorm_det import cake_jit, cake_windows, layout, routes
 from cake_rmsnorm_det.programs import SUPPORTED_ARCHS, include_dir, program_by_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,8 +212,8 @@ def test_python_layout_mirrors_the_header(tmp_path):
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))
 def test_forward_cta_rows_rule(hidden):
-    """Rows per CTA: within the layout's CTA, full CTAs at large token counts, and never more rows
-    on the busiest SM than full CTAs put there."""
+    """Rows per CTA: within the layout's CTA, the measured CTA size of many rows (else full CTAs) at
+    large token counts, and never more rows on the busiest SM than full CTAs put there."""
     rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
     for sms in (8, 132, 148):
         for rows in (1, 2, 15, 16, 100, 257, 1024, 5000, 65536, 10**6):
@@ -222,8 +222,28 @@ def test_forward_cta_rows_rule(hidden):
             busiest = ceil(ceil(rows / cta_rows) / sms) * cta_rows
             assert busiest <= ceil(ceil(rows / rpc) / sms) * rpc
             if rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
-                assert cta_rows == rpc
+                many = cake_windows.fwd_many_rows_cta_rows("sm_90a", hidden)
+                assert cta_rows == (many[0] if many else rpc)
     assert cake_jit.fwd_cta_rows(hidden, 1, 132) == 1  # one row: a one-row CTA
+
+
+def test_forward_many_rows_cta_sizes_are_measured():
+    """Every measured CTA size of many rows fits its width's CTA and says how it was measured;
+    Blackwell archs take the sm_90a size marked unmeasured; wide rows and unlisted widths keep
+    full CTAs."""
+    for (arch, hidden), (rows, ev) in cake_windows.MEASURED_FWD_CTA_ROWS.items():
+        rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+        assert arch == "sm_90a" and 1 <= rows < rpc and ev.measured and "bench/fwd_launch.py" in ev.line()
+        for bw in ("sm_100a", "sm_103a"):
+            got = cake_windows.fwd_many_rows_cta_rows(bw, hidden)
+            assert got[0] == rows and not got[1].measured and "never measured" in got[1].line()
+            assert cake_jit.fwd_cta_rows(hidden, 10**6, 148, arch=bw) == rows
+        assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == rows
+    for hidden in (256, 4096, 1000):
+        assert cake_windows.fwd_many_rows_cta_rows("sm_90a", hidden) is None
+        assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+    wide_rpc = layout.rows_per_cta(layout.fwd_row_span(2048, True))
+    assert cake_jit.fwd_cta_rows(2048, 10**6, 132, True) == wide_rpc
 
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))
