@@ -1,15 +1,14 @@
 """The forward's launch rule against the launches it chooses between, over token counts (GPU).
 
     python bench/fwd_launch.py [--out DIR] [--widths 256,512,...] [--tokens 1,16,...]
-                               [--cta-rows 1,2] [--ctas-per-sm 2,4] [--rows-per-thread 2,4]
+                               [--cta-rows 1,2] [--ctas-per-sm 2,4]
 
 For each width and token count the forward is timed (the benchmark's method: CUPTI
 kernel-active time, cold L2, median of 30) as the package launches it (cake_jit.fwd_cta_rows,
 and the launcher's choice of wide rows), with narrow rows and with wide rows (each at the rows per
 CTA of cake_jit.fwd_cta_rows for that width of row), and with narrow full CTAs (rows_per_cta rows,
 the launch before the rules); --cta-rows and --ctas-per-sm add narrow launches of fewer rows per
-CTA, of a grid capped at k CTAs per SM (each CTA then strides over the rows) and of n rows per thread
-(the widths whose program builds them). The route's engine is kept, but wide rows are timed with weights in
+CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows). The route's engine is kept, but wide rows are timed with weights in
 registers (the only engine that has them). Every launch's y and rstd are compared bit for bit: the launch may never change a bit.
 """
 
@@ -39,7 +38,6 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--cta-rows", default="", help="also narrow launches of these rows per CTA (e.g. 1,2)")
     ap.add_argument("--ctas-per-sm", default="", help="also narrow full CTAs capped at k * SMs (a striding grid)")
-    ap.add_argument("--rows-per-thread", default="", help="also narrow full CTAs of n rows per thread, where built (2,4)")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -61,10 +59,6 @@ def main(argv=None) -> int:
             for r in bench.int_list(a.cta_rows):
                 if r < rpc:
                     launches[f"rows{r}"] = lambda r=r: _stack(crd.force_wide(False), crd.force_cta_rows(r))
-            for n in bench.int_list(a.rows_per_thread):
-                if n <= cake_jit.fwd_max_rows_per_thread(h):
-                    launches[f"rpt{n}"] = lambda n=n: _stack(crd.force_wide(False), crd.force_cta_rows(rpc),
-                                                            crd.force_rows_per_thread(n))
             for k in bench.int_list(a.ctas_per_sm):
                 launches[f"cap{k}"] = lambda k=k: _stack(crd.force_wide(False), crd.force_cta_rows(rpc),
                                                         crd.cap_ctas(k * sms))
@@ -83,7 +77,7 @@ def main(argv=None) -> int:
             rows.append({"T": t, "H": h, "rule": rule, "engine": engine, "us": us})
             wn = f"{us['wide'] / us['narrow']:.3f}" if "wide" in us else "-"
             shape = f"[{t},{h}]"
-            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("rows", "cap", "rpt")))
+            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("rows", "cap")))
             print(f"{shape:16s} {rule:>12s} {us['rule']:8.3f} {us['narrow']:8.3f} {us.get('wide', float('nan')):8.3f} "
                   f"{us['full']:8.3f}  {wn}{extra}", flush=True)
             del x

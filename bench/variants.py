@@ -4,8 +4,7 @@
 
 A variant is a one-line program body (an instantiation of the pass's launcher with tuning
 arguments, e.g. ``launch_backward_width<4096, 1>`` for ring row depth 1, or
-``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1, ``<256, true, 2>``
-for two rows per thread) built beside the routed
+``launch_forward_dtype<4096, false>`` for the forward with weights re-read from L1) built beside the routed
 programs and put in the place of the routed program of its key while its shapes are timed, with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--old DIR`` (repeatable)
 adds the programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier
@@ -119,7 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--old-only", action="store_true", help="time the routed and --old programs only")
     ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
     ap.add_argument("--fwd-args", default="true;false",
-                    help="forward launcher arguments to build, ';'-separated: 'WREGS[, rows per thread]'")
+                    help="forward launcher arguments to build, ';'-separated (weights in registers: true/false)")
     ap.add_argument("--bwd-args", default="1;2;4", help="backward ring row depths to build, ';'-separated")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)

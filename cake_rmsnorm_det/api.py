@@ -33,7 +33,6 @@ class _Knobs(threading.local):
     form: Optional[str] = None
     engine: Optional[str] = None
     cta_rows: int = 0
-    rows_per_thread: int = 0
     wide: Optional[bool] = None
 
 
@@ -80,15 +79,6 @@ def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
     if n < 1:
         raise ValueError("rows per CTA must be >= 1")
     return _knob("cta_rows", int(n))
-
-
-def force_rows_per_thread(n: int) -> contextlib.AbstractContextManager:
-    """Launch every narrow forward of this thread with `n` rows per thread (1, or 2 and 4 where the
-    width's program builds them: cake_jit.fwd_max_rows_per_thread) in place of the measured rule
-    (measurements, tests: the bits must not change)."""
-    if n not in (1, 2, 4):
-        raise ValueError("rows per thread must be 1, 2 or 4")
-    return _knob("rows_per_thread", int(n))
 
 
 def force_wide(on: bool) -> contextlib.AbstractContextManager:
@@ -331,14 +321,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
     wide = _knobs.wide is True
-    sms = sm_count(x.device)
-    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sms, wide, arch)
-    rpt = _knobs.rows_per_thread or cake_jit.fwd_rows_per_thread(hidden, rows, sms, arch)
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide, arch)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), cta_rows, rpt, _WIDE_ROWS[_knobs.wide], _knobs.max_ctas,
+              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], _knobs.max_ctas,
               _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 

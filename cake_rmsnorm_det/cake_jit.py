@@ -195,8 +195,8 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
 # bit, so both follow the device.
 # Rows per CTA: below FWD_SPREAD_WAVES CTAs per SM at full size, a CTA takes the number of rows
 # that minimises the rows of the busiest SM (ties: the larger CTA): a few rows then spread over
-# many SMs instead of queueing in the row groups of a few CTAs. Above, the measured CTA size of
-# many rows (cake_windows.MEASURED_FWD_CTA_ROWS), else full CTAs.
+# many SMs instead of queueing in the row groups of a few CTAs. Measured CTA sizes
+# (cake_windows.MEASURED_FWD_CTA_ROWS) take over from their row counts on.
 # Wide rows (one 16-byte slice per thread, a row on threads * vpt threads, one row per CTA)
 # shorten each thread's chain of dependent instructions, which is what sets the time while an SM
 # holds few rows. The launcher picks them (it knows the wide kernel's occupancy): while every row
@@ -212,14 +212,17 @@ def fwd_has_wide(hidden: int) -> bool:
 
 @lru_cache(maxsize=4096)
 def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str = "sm_90a") -> int:
-    """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: the spread
-    rule while few rows, else the measured CTA size of many rows (cake_windows), else full CTAs."""
+    """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: narrow rows
+    take the measured CTA size from its row count on (cake_windows.MEASURED_FWD_CTA_ROWS); else
+    the spread rule while few rows, full CTAs past them."""
     rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide))
     if rows <= 0 or sms <= 0:
         return rpc
+    measured = None if wide else cw.fwd_measured_cta_rows(arch, hidden)
+    if measured and rows >= measured[0][1]:
+        return min(measured[0][0], rpc)
     if rows > FWD_SPREAD_WAVES * sms * rpc:
-        many = None if wide else cw.fwd_many_rows_cta_rows(arch, hidden)
-        return min(many[0], rpc) if many else rpc
+        return rpc
 
     def busiest(r: int) -> int:
         return ceil(ceil(rows / r) / sms) * r
@@ -229,22 +232,6 @@ def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str
         if busiest(r) < busiest(best):
             best = r
     return best
-
-
-def fwd_max_rows_per_thread(hidden: int) -> int:
-    """Rows per thread the forward program of `hidden` builds (forward.cuh,
-    fwd_max_rows_per_thread): 4 for the fixed widths whose rows are one warp, else 1."""
-    return 4 if hidden in QUALIFIED_WIDTHS and layout.fwd_row_layout(hidden)[0] == 32 else 1
-
-
-def fwd_rows_per_thread(hidden: int, rows: int, sms: int, arch: str = "sm_90a") -> int:
-    """Rows a forward thread holds at once: the measured count of many rows (cake_windows), past
-    FWD_SPREAD_WAVES full CTAs per SM, where the width's program builds it; else 1."""
-    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False))
-    if rows <= 0 or sms <= 0 or rows <= FWD_SPREAD_WAVES * sms * rpc:
-        return 1
-    many = cw.fwd_many_rows_per_thread(arch, hidden)
-    return many[0] if many and many[0] <= fwd_max_rows_per_thread(hidden) else 1
 
 
 @dataclass(frozen=True)

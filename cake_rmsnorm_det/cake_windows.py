@@ -191,7 +191,7 @@ ENGINE_EDGES: dict[tuple[str, str, int, str], tuple[int, Evidence]] = {
 }
 
 
-def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple[int, Evidence] | None:
+def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple | None:
     """table[(arch, *rest)]: measured on sm_90a; Blackwell archs take the sm_90a entry, marked
     unmeasured."""
     hit = table.get((arch, *rest))
@@ -209,46 +209,40 @@ def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tup
     return _on_arch(ENGINE_EDGES, arch, (pass_, hidden, weight), "engine edge")
 
 
-# Rows per forward CTA at many rows (past cake_jit.FWD_SPREAD_WAVES full CTAs per SM; below that
-# the spread rule of cake_jit.fwd_cta_rows decides): (arch, H) -> (rows per CTA, evidence); widths
-# absent keep full CTAs. A CTA's rows share its barrier, so a row of 64-192 threads waits for the
-# slowest of its CTA-mates' loads; smaller CTAs free them row by row. Rows of one warp (H 256)
-# want full CTAs: 64-thread CTAs there cost 1.09-1.11x (CTA launch rate). Measured on the plain
-# rows with BF16 weight; the FP32-weight and residual rows take the same CTA size (not timed apart:
-# the launch changes no bit, only time).
-def _cta_rows(hidden: int, rows: int, ratio: str) -> tuple[int, Evidence]:
-    return rows, Evidence(
-        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"fwd_h{hidden} full CTAs",
-        above=f"fwd_h{hidden} {rows} row(s) per CTA", ratio=ratio,
-        note="bench/fwd_launch.py --cta-rows 1,2 --ctas-per-sm 2,4,8 (CUPTI kernel-active, cold L2, median of 30; "
-             "bits equal); H 256 and 4096 kept full CTAs (rows per CTA 1-2: 1.00-1.11x)")
+# Rows per forward CTA from a measured row count on: (arch, H) -> ((rows per CTA, from rows),
+# evidence); below `from rows` (and for widths absent) the rule of cake_jit.fwd_cta_rows: the
+# spread of few rows, full CTAs past FWD_SPREAD_WAVES of them per SM. A CTA's rows share its
+# barrier, so a row of 64-192 threads waits for the slowest of its CTA-mates' loads; smaller CTAs
+# free them row by row. Rows of one warp (H 256) want full CTAs: 64-thread CTAs there cost
+# 1.09-1.11x (CTA launch rate); H 4096 is mixed (rows1 0.96x at 1024 rows, 1.01x at 65536).
+# Measured on the plain rows with BF16 weight; the FP32-weight and residual rows take the same
+# CTA size (not timed apart: the launch changes no bit, only time).
+def _cta_rows(hidden: int, rows: int, start: int, ratio: str) -> tuple[tuple[int, int], Evidence]:
+    return (rows, start), Evidence(
+        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"fwd_h{hidden} the rule's CTAs",
+        above=f"fwd_h{hidden} {rows} row(s) per CTA from {start} rows", ratio=ratio,
+        note="bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
+             "docs/bench/2026-12-03-h200-r14-fwd-launch.json); the size lost at the row count below the start")
 
 
-MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 512): _cta_rows(512, 2, "2 rows / 16 = 0.974 at T=16384 (10.78 vs 11.07 us), 0.976 at 65536 (35.73 vs 36.62)"),
-    ("sm_90a", 1536): _cta_rows(1536, 1, "1 row / 8 = 0.972 at T=16384 (26.94 vs 27.73 us), 0.976 at 65536 (100.00 vs 102.50)"),
-    ("sm_90a", 2048): _cta_rows(2048, 1, "1 row / 8 = 0.948 at T=16384 (34.75 vs 36.67 us), 0.971 at 65536 (130.53 vs 134.43)"),
-    ("sm_90a", 5120): _cta_rows(5120, 1, "1 row / 3 = 0.965 at T=16384 (85.02 vs 88.11 us), 0.982 at 65536 (331.78 vs 337.76)"),
-    ("sm_90a", 6144): _cta_rows(6144, 1, "1 row / 2 = 0.993 at T=16384 (101.63 vs 102.32 us), 0.990 at 65536 (398.11 vs 402.30)"),
+MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[tuple[int, int], Evidence]] = {
+    ("sm_90a", 512): _cta_rows(512, 2, 16384, "2 rows / 16 = 0.968 at T=16384 (11.01 vs 11.38 us), 0.979 at 65536 "
+                               "(35.87 vs 36.64); 1.15 at 4096"),
+    ("sm_90a", 1536): _cta_rows(1536, 1, 16384, "1 row / 8 = 0.975 at T=16384 (26.98 vs 27.66 us), 0.978 at 65536 "
+                                "(100.53 vs 102.83); 1.11 at 4096"),
+    ("sm_90a", 2048): _cta_rows(2048, 1, 4096, "1 row / 8 = 0.908 at T=4096 (10.86 vs 11.97 us), 0.945 at 16384 "
+                                "(35.20 vs 37.23), 0.973 at 65536 (131.33 vs 134.94)"),
+    ("sm_90a", 5120): _cta_rows(5120, 1, 4096, "1 row / 3 = 0.916 at T=4096 (23.55 vs 25.71 us), 0.973 at 16384 "
+                                "(85.33 vs 87.71), 0.983 at 65536 (329.84 vs 335.50); 1.01 at 1024"),
+    ("sm_90a", 6144): _cta_rows(6144, 1, 1024, "1 row / 2 = 0.973 at T=1024 (10.34 vs 10.62 us), 0.983 at 4096 "
+                                "(28.18 vs 28.66), 0.992 at 16384, 0.988 at 65536 (398.43 vs 403.21)"),
 }
 
 
-def fwd_many_rows_cta_rows(arch: str, hidden: int) -> tuple[int, Evidence] | None:
-    """Rows per forward CTA at many rows where measured (None: full CTAs). Blackwell archs take
-    the sm_90a value, marked unmeasured."""
+def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[tuple[int, int], Evidence] | None:
+    """((rows per forward CTA, from rows), evidence) where measured (None: the rule's CTAs).
+    Blackwell archs take the sm_90a value, marked unmeasured."""
     return _on_arch(MEASURED_FWD_CTA_ROWS, arch, (hidden,), "CTA size")
-
-
-# Rows per forward thread at many rows (past cake_jit.FWD_SPREAD_WAVES full CTAs per SM), for the
-# widths whose program builds more than one (rows of one warp: cake_jit.fwd_max_rows_per_thread):
-# (arch, H) -> (rows per thread, evidence); widths absent take one row per thread.
-MEASURED_FWD_ROWS_PER_THREAD: dict[tuple[str, int], tuple[int, Evidence]] = {}
-
-
-def fwd_many_rows_per_thread(arch: str, hidden: int) -> tuple[int, Evidence] | None:
-    """Rows per forward thread at many rows where measured (None: one). Blackwell archs take the
-    sm_90a value, marked unmeasured."""
-    return _on_arch(MEASURED_FWD_ROWS_PER_THREAD, arch, (hidden,), "rows per thread")
 
 
 def rule_evidence(arch: str) -> Evidence:

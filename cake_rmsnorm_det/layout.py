@@ -70,23 +70,18 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
-                  engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
-                  rows_per_thread: int = 1) -> str:
+                  engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
-    `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
-    `rows_per_thread`: the forward's narrow rows a thread holds at once."""
+    `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
         cta_rows = cta_rows or rpc
         wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
         on = f" on {sms} SMs" if sms else ""
-        per = (f"; {rows_per_thread} rows per thread, loaded before the first reduction (cake_jit.fwd_rows_per_thread)"
-               if rows_per_thread > 1 else "")
         text = (f"forward_kernel: {threads * cta_rows} threads/CTA = {cta_rows} row(s) x {threads} threads x "
-                f"{vpt} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}{per}; "
-                f"grid ceil(rows/{cta_rows * rows_per_thread})")
+                f"{vpt} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}; grid ceil(rows/{cta_rows})")
         if wide:
             text += (f"; or, while every row is resident at once and at most 8 per SM (the launcher's "
                      f"occupancy query), wide rows: 1 row x {threads * vpt} threads x 1 vec16 per CTA, "

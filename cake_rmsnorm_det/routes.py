@@ -71,8 +71,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
         program_key=r.program.key, form=r.window.form, engine=r.window.engine,
         launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine,
                              cake_jit.fwd_cta_rows(hidden, rows, sms, arch=arch) if pass_ == "fwd" else 0, sms,
-                             pass_ == "fwd" and cake_jit.fwd_has_wide(hidden),
-                             cake_jit.fwd_rows_per_thread(hidden, rows, sms, arch) if pass_ == "fwd" else 1),
+                             pass_ == "fwd" and cake_jit.fwd_has_wide(hidden)),
         evidence=r.window.evidence, built=find_built(r.program, arch) is not None)
 
 

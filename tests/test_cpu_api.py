@@ -81,13 +81,6 @@ def test_knobs_restore_and_check():
     with pytest.raises(ValueError):
         with crd.force_form("diagonal"):
             pass
-    for n in (0, 3, 8):
-        with pytest.raises(ValueError, match="rows per thread"):
-            with crd.force_rows_per_thread(n):
-                pass
-    with crd.force_rows_per_thread(2):
-        assert api._knobs.rows_per_thread == 2
-    assert api._knobs.rows_per_thread == 0
 
 
 def test_reference_math_agrees_with_fp64():

@@ -221,26 +221,30 @@ def test_forward_cta_rows_rule(hidden):
             assert 1 <= cta_rows <= rpc
             busiest = ceil(ceil(rows / cta_rows) / sms) * cta_rows
             assert busiest <= ceil(ceil(rows / rpc) / sms) * rpc
-            if rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
-                many = cake_windows.fwd_many_rows_cta_rows("sm_90a", hidden)
-                assert cta_rows == (many[0] if many else rpc)
+            measured = cake_windows.fwd_measured_cta_rows("sm_90a", hidden)
+            if measured and rows >= measured[0][1]:
+                assert cta_rows == measured[0][0]
+            elif rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
+                assert cta_rows == rpc
     assert cake_jit.fwd_cta_rows(hidden, 1, 132) == 1  # one row: a one-row CTA
 
 
-def test_forward_many_rows_cta_sizes_are_measured():
-    """Every measured CTA size of many rows fits its width's CTA and says how it was measured;
-    Blackwell archs take the sm_90a size marked unmeasured; wide rows and unlisted widths keep
-    full CTAs."""
-    for (arch, hidden), (rows, ev) in cake_windows.MEASURED_FWD_CTA_ROWS.items():
+def test_forward_measured_cta_sizes():
+    """Every measured CTA size fits its width's CTA, says how it was measured and takes over from
+    its row count on; Blackwell archs take the sm_90a size marked unmeasured; wide rows and
+    unlisted widths keep the rule."""
+    for (arch, hidden), ((rows, start), ev) in cake_windows.MEASURED_FWD_CTA_ROWS.items():
         rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
-        assert arch == "sm_90a" and 1 <= rows < rpc and ev.measured and "bench/fwd_launch.py" in ev.line()
+        assert arch == "sm_90a" and 1 <= rows < rpc and start >= 1 and ev.measured
+        assert "bench/fwd_launch.py" in ev.line()
         for bw in ("sm_100a", "sm_103a"):
-            got = cake_windows.fwd_many_rows_cta_rows(bw, hidden)
-            assert got[0] == rows and not got[1].measured and "never measured" in got[1].line()
-            assert cake_jit.fwd_cta_rows(hidden, 10**6, 148, arch=bw) == rows
-        assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == rows
+            got = cake_windows.fwd_measured_cta_rows(bw, hidden)
+            assert got[0] == (rows, start) and not got[1].measured and "never measured" in got[1].line()
+            assert cake_jit.fwd_cta_rows(hidden, start, 148, arch=bw) == rows
+        for t in (start, start + 1, 10**6):
+            assert cake_jit.fwd_cta_rows(hidden, t, 132) == rows
     for hidden in (256, 4096, 1000):
-        assert cake_windows.fwd_many_rows_cta_rows("sm_90a", hidden) is None
+        assert cake_windows.fwd_measured_cta_rows("sm_90a", hidden) is None
         assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
     wide_rpc = layout.rows_per_cta(layout.fwd_row_span(2048, True))
     assert cake_jit.fwd_cta_rows(2048, 10**6, 132, True) == wide_rpc

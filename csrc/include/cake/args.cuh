@@ -21,7 +21,6 @@ struct ForwardArgs {
   bool weight_fp32;
   int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
   int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
-  int rows_per_thread;            // narrow rows a thread holds at once: 1, 2 or 4 (fwd_max_rows_per_thread); wide rows: 1
   int wide;                       // kNarrowRows, kWideRows (one slice per thread) or kAutoRows
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;

@@ -60,8 +60,8 @@ inline void check_rows(int64_t rows, int64_t hidden, int64_t d1) {
 inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorView y,
                         TensorView h_out, TensorView rstd, int64_t rows, int64_t hidden, int64_t d1,
                         int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, double eps,
-                        bool has_residual, int64_t engine, int64_t cta_rows, int64_t rows_per_thread,
-                        int64_t wide, int64_t max_ctas, int64_t stream) {
+                        bool has_residual, int64_t engine, int64_t cta_rows, int64_t wide,
+                        int64_t max_ctas, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(x, "x");
   check_bf16(y, "y");
@@ -87,10 +87,6 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
   a.engine = static_cast<int>(engine);
   if (cta_rows < 0 || cta_rows > 1024) TVM_FFI_THROW(ValueError) << "bad forward launch: cta_rows=" << cta_rows;
   a.cta_rows = static_cast<int>(cta_rows);
-  if (rows_per_thread != 1 && rows_per_thread != 2 && rows_per_thread != 4) {
-    TVM_FFI_THROW(ValueError) << "bad forward launch: rows_per_thread=" << rows_per_thread;
-  }
-  a.rows_per_thread = static_cast<int>(rows_per_thread);
   if (wide < kNarrowRows || wide > kAutoRows) TVM_FFI_THROW(ValueError) << "bad forward launch: wide=" << wide;
   a.wide = static_cast<int>(wide);
   a.max_ctas = static_cast<int>(max_ctas);

@@ -17,9 +17,6 @@ namespace cake {
 // launch picks how many: blockDim.x / row threads), each thread up to four 16-byte slices of its
 // row, all loaded before the first use. The grid covers the rows once (CTAs retire and the
 // hardware backfills); with a CTA cap it strides.
-// RPT: rows per thread. A CTA step takes RPT blocks of RPC rows, every row's loads issued before
-// the first reduction: a narrow row's thread has only 16-32 bytes of its own to load, too few
-// to keep the memory system busy; RPT of them are RPT times as many bytes in flight.
 // WREGS: weight slices loaded into registers before the first row (they travel with the first
 // row's loads: the engine of few rows), else re-read from L1 after each row's reduction (fewer
 // registers, more CTAs per SM: the engine of many rows at some widths).
@@ -27,11 +24,10 @@ namespace cake {
 // threads * vpt threads): at few rows per SM a thread's chain of dependent instructions, not
 // bandwidth, sets the time, and a wide row's is about vpt times shorter. The canonical thread's
 // sum is rebuilt in shared memory in slice order, so the bits are the narrow rows'.
-// A row is reduced in the same canonical order whatever the CTA size, width of row, rows per
-// thread or grid: no bit depends on them.
-template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int RPT>
+// A row is reduced in the same canonical order whatever the CTA size, width of row or grid: no
+// bit depends on them.
+template <int HC, typename WT, bool RES, bool WREGS, bool WIDE>
 __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads) forward_kernel(const ForwardArgs a) {
-  static_assert(RPT >= 1 && (RPT == 1 || !WIDE), "wide rows take one row per thread");
   using Geom = RowGeom<true>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
@@ -39,7 +35,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads) forward_k
   constexpr int VMAX = WIDE ? 1 : Geom::vmax<HC>();  // slices per thread
   constexpr int N = RES ? 2 : 1;
   const WT* wp = static_cast<const WT*>(a.w);
-  __shared__ double slots[2][RPT][kCtaThreads / 32];
+  __shared__ double slots[2][kCtaThreads / 32];
   __shared__ double slices[WIDE ? kMaxCtaThreads : 1];  // wide rows: each thread's slice sum
   const __nv_bfloat16* src[N];
   RowView views[N];
@@ -54,82 +50,61 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads) forward_k
 
   const double inv_hidden = 1.0 / double(G.hidden);
   int parity = 0;
-  const int64_t step = int64_t(G.rpc) * RPT;
-  const int64_t stride = int64_t(gridDim.x) * step;
+  const int64_t stride = int64_t(gridDim.x) * G.rpc;
   // The loop count is the same for every thread of the CTA (barriers inside the reduction).
-  for (int64_t base = int64_t(blockIdx.x) * step; base < a.rows; base += stride) {
-    int64_t row[RPT];
-    bool live[RPT];
-    RowData<VMAX, N> cur[RPT];
-#pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      row[j] = base + int64_t(j) * G.rpc + G.group;
-      live[j] = row[j] < a.rows;
-      cur[j].load(G, src, views, row[j], live[j]);
-    }
+  for (int64_t base = int64_t(blockIdx.x) * G.rpc; base < a.rows; base += stride) {
+    const int64_t row = base + G.group;
+    const bool live = row < a.rows;
+    RowData<VMAX, N> cur;
+    cur.load(G, src, views, row, live);
     // The thread's slices' sums of squares, each a short chain of its own, added in slice order.
-    double ss[RPT];
+    double ss = 0.0;
 #pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      ss[j] = 0.0;
+    for (int i = 0; i < VMAX; ++i) {
+      if (live && G.holds(i)) {
+        if constexpr (RES) {
+          float xf[kVec], rf[kVec];
+          unpack(cur.v[0][i], xf);
+          unpack(cur.v[N - 1][i], rf);
 #pragma unroll
-      for (int i = 0; i < VMAX; ++i) {
-        if (live[j] && G.holds(i)) {
-          if constexpr (RES) {
-            float xf[kVec], rf[kVec];
-            unpack(cur[j].v[0][i], xf);
-            unpack(cur[j].v[N - 1][i], rf);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) xf[e] += rf[e];
-            cur[j].v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
-            store_pack(a.h_out + row[j] * G.hidden + G.col_of(i), cur[j].v[0][i]);
-          }
-          ss[j] += pack_squares(cur[j].v[0][i]);
+          for (int e = 0; e < kVec; ++e) xf[e] += rf[e];
+          cur.v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
+          store_pack(a.h_out + row * G.hidden + G.col_of(i), cur.v[0][i]);
         }
+        ss += pack_squares(cur.v[0][i]);
       }
     }
     if constexpr (WIDE) {
       // Slice 0's thread adds the other slices' sums in slice order (each is 0.0 + its pack's
       // sum, as in the narrow thread), then only the canonical threads' warps post.
-      slices[threadIdx.x] = ss[0];
+      slices[threadIdx.x] = ss;
       __syncthreads();
       if (G.k0 == 0) {
         for (int k = 1; k < G.vpt; ++k)
-          if (live[0] && G.owns(k)) ss[0] += slices[threadIdx.x + k * G.threads];
+          if (live && G.owns(k)) ss += slices[threadIdx.x + k * G.threads];
       }
-      ss[0] = warp_allsum(ss[0]);
-      if (G.k0 == 0) post_warp_sum(ss[0], &slots[parity][0][G.group * G.warps], G.warps);
+      ss = warp_allsum(ss);
+      if (G.k0 == 0) post_warp_sum(ss, &slots[parity][G.group * G.warps], G.warps);
       __syncthreads();
-      ss[0] = sum_warp_sums(&slots[parity][0][G.group * G.warps], G.warps);
-    } else if (G.warps == 1) {
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) ss[j] = warp_allsum(ss[j]);
+      ss = sum_warp_sums(&slots[parity][G.group * G.warps], G.warps);
     } else {
-      // Every row's warp sums posted, one barrier for all of them.
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) post_warp_sum(warp_allsum(ss[j]), &slots[parity][j][G.group * G.warps], G.warps);
-      __syncthreads();
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) ss[j] = sum_warp_sums(&slots[parity][j][G.group * G.warps], G.warps);
+      ss = row_allsum(ss, G.warps, &slots[parity][G.group * G.warps]);
     }
     parity ^= 1;
+    if (!live) continue;
+    // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
+    // of the FP64 formula's, without FP64 division and square root on every row's critical path.
+    const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
+    if (G.t == 0 && G.k0 == 0) a.rstd[row] = r;
 #pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      if (!live[j]) continue;
-      // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
-      // of the FP64 formula's, without FP64 division and square root on every row's critical path.
-      const float r = float(rsqrt(fma(ss[j], inv_hidden, a.eps)));
-      if (G.t == 0 && G.k0 == 0) a.rstd[row[j]] = r;
+    for (int i = 0; i < VMAX; ++i) {
+      if (G.holds(i)) {
+        float xf[kVec], wk[kVec], out[kVec];
+        unpack(cur.v[0][i], xf);
+        G.template weight<WREGS>(w, wp, i, wk);
 #pragma unroll
-      for (int i = 0; i < VMAX; ++i) {
-        if (G.holds(i)) {
-          float xf[kVec], wk[kVec], out[kVec];
-          unpack(cur[j].v[0][i], xf);
-          G.template weight<WREGS>(w, wp, i, wk);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
-          store_pack(a.y + row[j] * G.hidden + G.col_of(i), pack(out));
-        }
+        for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
+        store_pack(a.y + row * G.hidden + G.col_of(i), pack(out));
       }
     }
   }
@@ -152,7 +127,7 @@ template <int HC, typename WT, bool RES>
 bool wide_fits(const ForwardArgs& a) {
   constexpr RowLayout L = fwd_row_layout(HC > 0 ? HC : 8);
   cudaError_t e;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true, 1>),
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true>),
                                          L.threads * L.vpt, 0, &e);
   return e == cudaSuccess && a.rows <= resident && a.rows <= int64_t(kWideRowsPerSm) * device_sms();
 }
@@ -160,15 +135,14 @@ bool wide_fits(const ForwardArgs& a) {
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
-// RPT: rows per thread of the narrow launch (wide rows take one).
-template <int HC, typename WT, bool RES, bool WREGS, int RPT>
+template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
   if constexpr (has_wide<HC>()) {
     if (a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
       ForwardArgs w = a;
       w.wide = kWideRows;
       w.cta_rows = 1;
-      return launch_forward_variant<HC, WT, RES, true, 1>(w);
+      return launch_forward_variant<HC, WT, RES, true>(w);
     }
   }
   const bool wide = a.wide == kWideRows;
@@ -178,52 +152,29 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  const int64_t step = int64_t(cta_rows) * (wide ? 1 : RPT);
-  int64_t blocks = (a.rows + step - 1) / step;
+  int64_t blocks = (a.rows + cta_rows - 1) / cta_rows;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   if (blocks < 1) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(blocks)), block(cta_rows * span);
   if constexpr (has_wide<HC>() && WREGS) {
     if (wide) {
-      forward_kernel<HC, WT, RES, true, true, 1><<<grid, block, 0, a.stream>>>(a);
+      forward_kernel<HC, WT, RES, true, true><<<grid, block, 0, a.stream>>>(a);
       return cudaGetLastError();
     }
   }
-  forward_kernel<HC, WT, RES, WREGS, false, RPT><<<grid, block, 0, a.stream>>>(a);
+  forward_kernel<HC, WT, RES, WREGS, false><<<grid, block, 0, a.stream>>>(a);
   return cudaGetLastError();
 }
 
-// Rows per thread built into a width's program: rows of one warp (H 256, 512) hold 16-32 bytes
-// per thread and take 1, 2 or 4 rows; wider rows hold 48-64 bytes already and take one.
-template <int HC>
-constexpr int fwd_max_rows_per_thread() {
-  return HC > 0 && fwd_row_layout(HC).threads == 32 ? 4 : 1;
-}
-
-// RPT = 0: the rows per thread of a.rows_per_thread (1, 2 or 4, as built); else that many.
-template <int HC, bool WREGS, int RPT = 0>
+template <int HC, bool WREGS>
 cudaError_t launch_forward_dtype(const ForwardArgs& a) {
-  if constexpr (RPT == 0) {
-    switch (a.rows_per_thread) {
-      case 1: return launch_forward_dtype<HC, WREGS, 1>(a);
-      case 2:
-        if constexpr (fwd_max_rows_per_thread<HC>() >= 2) return launch_forward_dtype<HC, WREGS, 2>(a);
-        break;
-      case 4:
-        if constexpr (fwd_max_rows_per_thread<HC>() >= 4) return launch_forward_dtype<HC, WREGS, 4>(a);
-        break;
-      default: break;
-    }
-    return cudaErrorInvalidValue;
-  } else {
-    if (a.weight_fp32) {
-      return a.residual ? launch_forward_variant<HC, float, true, WREGS, RPT>(a)
-                        : launch_forward_variant<HC, float, false, WREGS, RPT>(a);
-    }
-    return a.residual ? launch_forward_variant<HC, __nv_bfloat16, true, WREGS, RPT>(a)
-                      : launch_forward_variant<HC, __nv_bfloat16, false, WREGS, RPT>(a);
+  if (a.weight_fp32) {
+    return a.residual ? launch_forward_variant<HC, float, true, WREGS>(a)
+                      : launch_forward_variant<HC, float, false, WREGS>(a);
   }
+  return a.residual ? launch_forward_variant<HC, __nv_bfloat16, true, WREGS>(a)
+                    : launch_forward_variant<HC, __nv_bfloat16, false, WREGS>(a);
 }
 
 // Fixed widths build both weight engines (the route picks per token window; the automatic wide
