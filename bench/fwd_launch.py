@@ -8,8 +8,9 @@ kernel-active time, cold L2, median of 30) as the package launches it (cake_jit.
 and the launcher's choice of wide rows), with narrow rows and with wide rows (each at the rows per
 CTA of cake_jit.fwd_cta_rows for that width of row), and with narrow full CTAs (rows_per_cta rows,
 the launch before the rules); --cta-rows and --ctas-per-sm add narrow launches of fewer rows per
-CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows). The route's engine is kept, but wide rows are timed with weights in
-registers (the only engine that has them). Every launch's y and rstd are compared bit for bit: the launch may never change a bit.
+CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows). The route's
+engine is kept, but wide rows are timed with weights in registers (the only engine that has
+them). Every launch's y and rstd are compared bit for bit: the launch may never change a bit.
 """
 
 from __future__ import annotations

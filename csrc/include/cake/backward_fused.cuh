@@ -22,7 +22,7 @@
 
 namespace cake {
 
-constexpr int kTileLaneCols = 4;                          // columns per lane: one 8-byte load per input
+constexpr int kTileLaneCols = 4;                          // columns per lane: one load_quad per input
 constexpr int kTileCols = 32 * kTileLaneCols;             // columns per tile CTA
 // Rows a lane of a tile loads before it sums them: 4, or 2 where the row CTAs' threads leave
 // fewer registers (768 threads at H 6144; the generic program's 1024).
@@ -32,11 +32,11 @@ __host__ __device__ constexpr int tile_depth(int hc) { return hc == 0 || hc >= 6
 // FP64 work worth spreading over SMs: a row CTA that also summed it ran 1.35x longer at [1,4096]).
 __host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) { return (hidden + kTileCols - 1) / kTileCols; }
 
-// Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs.
-__host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t rows) {
-  return size_t(dw_blocks(rows)) * kTileCols * sizeof(double2);
+// Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs; blocks
+// = dw_blocks(rows) <= kMaxBlocks.
+__host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t blocks) {
+  return size_t(blocks) * kTileCols * sizeof(double2);
 }
-
 
 // A lane's kTileLaneCols columns of one row (g, x as BF16 pairs) and the row's rstd.
 struct TileRow {
@@ -44,19 +44,12 @@ struct TileRow {
   float rstd;
   __device__ __forceinline__ static TileRow load(const BackwardArgs& a, int64_t row, int64_t col) {
     TileRow t;
-    t.g = __ldg(reinterpret_cast<const uint2*>(a.g + a.gv.offset(row) + col));
-    t.x = __ldg(reinterpret_cast<const uint2*>(a.x + a.xv.offset(row) + col));
+    t.g = load_quad(a.g + a.gv.offset(row) + col);
+    t.x = load_quad(a.x + a.xv.offset(row) + col);
     t.rstd = __ldg(a.rstd + row);
     return t;
   }
 };
-
-__device__ __forceinline__ void unpack4(uint2 v, float (&f)[kTileLaneCols]) {
-  f[0] = lo_bf16(v.x);
-  f[1] = hi_bf16(v.x);
-  f[2] = lo_bf16(v.y);
-  f[3] = hi_bf16(v.y);
-}
 
 // dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
 // order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the
@@ -82,8 +75,8 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
         for (int i = 0; i < DEPTH; ++i) {
           if (r + i < r1) {
             float gf[kTileLaneCols], xf[kTileLaneCols];
-            unpack4(t[i].g, gf);
-            unpack4(t[i].x, xf);
+            unpack(t[i].g, gf);
+            unpack(t[i].x, xf);
             const double rd = double(t[i].rstd);
 #pragma unroll
             for (int e = 0; e < kTileLaneCols; ++e) s[e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
@@ -154,10 +147,12 @@ cudaError_t launch_backward_fused(const BackwardArgs& a) {
   const int rpc = rows_per_cta(L.threads);
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
-  const size_t smem = fused_tile_smem(a.rows);
+  const size_t smem = fused_tile_smem(dw_blocks(a.rows));
   auto kernel = backward_fused_kernel<HC, WT, RES>;
+  // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
+  // per row count; a launch may use less than it is opted into).
   cudaError_t e = cudaSuccess;
-  resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem, &e);  // opts into > 48 KB where needed
+  resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
   int64_t blocks = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;

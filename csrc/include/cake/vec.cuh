@@ -22,6 +22,11 @@ __device__ __forceinline__ Pack8 load_stream(const __nv_bfloat16* p) {
   return v;
 }
 
+// 4 BF16 values (8 bytes, as two words) through the read-only path: the fused form's tile lanes.
+__device__ __forceinline__ uint2 load_quad(const __nv_bfloat16* p) {
+  return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
 __device__ __forceinline__ void store_pack(__nv_bfloat16* p, const Pack8& v) {
   asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.u[0]), "r"(v.u[1]),
                "r"(v.u[2]), "r"(v.u[3])
@@ -38,6 +43,13 @@ __device__ __forceinline__ void unpack(const Pack8& v, float (&f)[kVec]) {
     f[2 * i] = lo_bf16(v.u[i]);
     f[2 * i + 1] = hi_bf16(v.u[i]);
   }
+}
+
+__device__ __forceinline__ void unpack(uint2 v, float (&f)[4]) {
+  f[0] = lo_bf16(v.x);
+  f[1] = hi_bf16(v.x);
+  f[2] = lo_bf16(v.y);
+  f[3] = hi_bf16(v.y);
 }
 
 // Sum of the squares of a pack's 8 BF16 values in FP64, in a fixed order: the low and the high
