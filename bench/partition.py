@@ -1,13 +1,14 @@
 """The backward's dw partition, timed with other chunk sizes (GPU).
 
     python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
-                              [--out DIR]
+                              [--fused] [--out DIR]
 
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), in the pair form, beside
 the shipped rule in its route's form (and the single form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
-is a rule, not a race).
+is a rule, not a race). --fused adds the fused form on one-row chunks (column "fused"; its dw
+must equal the pair form's on the same chunks): the form's reach past the shipped one-row window.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
 
 
 @contextlib.contextmanager
-def chunks_of(rows_per_chunk: int):
-    """dw_partition replaced by fixed chunks of `rows_per_chunk` rows (pair form) for the block."""
+def chunks_of(rows_per_chunk: int, form: str = "pair"):
+    """dw_partition replaced by fixed chunks of `rows_per_chunk` rows (in `form`) for the block."""
     shipped = cake_jit.dw_partition
 
     def rule(rows: int, hidden: int) -> tuple[int, int]:
@@ -37,7 +38,7 @@ def chunks_of(rows_per_chunk: int):
 
     cake_jit.dw_partition = rule
     try:
-        with crd.force_form("pair"):
+        with crd.force_form(form):
             yield
     finally:
         cake_jit.dw_partition = shipped
@@ -50,14 +51,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="4,16,64,256,512,1024,2048")
     ap.add_argument("--chunk-rows", default="1,2,4,8")
     ap.add_argument("--max-chunks", type=int, default=512, help="skip chunk sizes that make more chunks")
+    ap.add_argument("--fused", action="store_true", help="also the fused form on one-row chunks")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)
     sizes = bench.int_list(a.chunk_rows)
     rows_out = []
-    print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes),
-          flush=True)
+    print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes)
+          + (f" {'fused':>8s}" if a.fused else ""), flush=True)
     for h in bench.int_list(a.widths):
         for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
@@ -71,17 +73,25 @@ def main(argv=None) -> int:
             if ch > 1:  # the single form on the shipped partition (its bits are the pair form's)
                 with crd.force_form("single"):
                     us["single"] = timer(call)
+            pair_dw = None
             for c in sizes:
                 if c > t or ceil(t / c) > a.max_chunks:
                     continue
                 with chunks_of(c):
                     us[f"C={c}"] = timer(call)
                     same[f"C={c}"] = bool(torch.equal(call()[1], call()[1]))
+                    if a.fused and c == 1:
+                        pair_dw = call()[1]
+                if a.fused and c == 1:
+                    with chunks_of(1, "fused"):
+                        us["fused"] = timer(call)
+                        same["fused"] = bool(torch.equal(call()[1], pair_dw))
             rows_out.append({"T": t, "H": h, "shipped_partition": [cr, ch], "us": us, "dw_repeatable": same})
-            cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}" for k in (f"C={c}" for c in sizes))
+            cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}"
+                             for k in [f"C={c}" for c in sizes] + (["fused"] if a.fused else []))
             single = f"{us['single']:8.2f}" if "single" in us else f"{'-':>8s}"
             print(f"[{t},{h}]{'':{max(0, 12 - len(str(t)) - len(str(h)))}s} {us['shipped']:7.2f} ({cr}x{ch}) "
-                  f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable'}", flush=True)
+                  f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable (or fused != pair)'}", flush=True)
             del x, g
     Path(a.out).mkdir(parents=True, exist_ok=True)
     Path(a.out, "partition.json").write_text(json.dumps(rows_out, indent=1))

@@ -28,7 +28,7 @@ INF = None  # an open upper edge
 # partial row of H. Few rows: one-row chunks (the rows run side by side, and the fused form sums
 # their partials without writing them); more rows: fewer, longer chunks. The counts are measured
 # (cake_windows.DW_CHUNKS, bench/partition.py).
-CHUNK_TARGET = cw.DW_CHUNK_TARGET  # the most chunks of any partition
+CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, *cw.DW_ONE_ROW_ROWS.values())  # the most chunks of any partition
 
 
 @lru_cache(maxsize=None)
@@ -40,7 +40,10 @@ def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
 
 
 def dw_max_chunks(rows: int, hidden: int) -> int:
-    """The chunk count the partition aims at for `rows` rows of width `hidden` (cake_windows.DW_CHUNKS)."""
+    """The chunk count the partition aims at for `rows` rows of width `hidden`: one per row up to
+    the width's one-row reach (cake_windows.DW_ONE_ROW_ROWS), else cake_windows.DW_CHUNKS."""
+    if rows <= cw.DW_ONE_ROW_ROWS.get(hidden, 0):
+        return rows
     for last, chunks in _dw_chunk_windows(hidden):
         if last is None or rows <= last:
             return chunks
@@ -85,9 +88,23 @@ def workspace_bytes_for(chunks: int, hidden: int) -> int:
     return WORKSPACE_HEADER + chunks * hidden * 8
 
 
+def max_chunks_up_to(rows: int, hidden: int) -> int:
+    """An upper bound on the chunks of the partition of any row count up to `rows` (the chunk
+    count is not monotone in the rows: 64 one-row chunks at 64 rows, 33 of two rows at 65)."""
+    most = min(rows, cw.DW_ONE_ROW_ROWS.get(hidden, 0))
+    start = 0
+    for last, chunks in _dw_chunk_windows(hidden):
+        if rows > start:
+            most = max(most, min(rows, chunks))
+        if last is None:
+            break
+        start = last
+    return most
+
+
 def workspace_bytes(rows: int, hidden: int) -> int:
-    """Bytes of backward workspace for `rows` rows of width `hidden`."""
-    return workspace_bytes_for(dw_partition(rows, hidden)[1], hidden)
+    """Bytes of backward workspace for any row count up to `rows` of width `hidden`."""
+    return workspace_bytes_for(max_chunks_up_to(rows, hidden), hidden)
 
 
 @dataclass(frozen=True)

@@ -70,23 +70,30 @@ def fused_rule_evidence(arch: str) -> Evidence:
 def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence]:
     return at, Evidence(
         measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"bwd_h{hidden} fused", above=f"bwd_h{hidden} pair",
-        ratio=ratio, note="bench/engines.py --forms (CUPTI kernel-active, cold L2, median of 30; the two forms' bits "
-        "compared equal at every row count); " + ("the fused form wins up to the last row count of one-row "
+        ratio=ratio, note="bench/engines.py --forms and bench/partition.py --fused (CUPTI kernel-active, cold L2, "
+        "median of 30; the two forms' bits compared equal at every row count); " + ("the fused form wins up to the last row count of one-row "
         "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
 
 
 # (arch, H) -> (last row count of the fused form, evidence). Measured with bench/engines.py
 # --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
 # row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16), and up to 96 rows at H 256 / 512,
-# where a tile's 16 warps walk more rows than the pair form's row CTAs.
+# where a tile's 16 warps walk more rows than the pair form's row CTAs. Where DW_ONE_ROW_ROWS takes
+# one-row chunks further, bench/partition.py --fused timed the fused form there against the pair
+# form on the DW_CHUNKS partition (docs/bench/2026-12-03-h200-r15-partition-fused.json).
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", 256): _fused(256, 96, "pair/fused = 1.015 at T=96 (5.25 vs 5.17 us), 0.958 at T=128 (5.50 vs 5.75)", False),
     ("sm_90a", 512): _fused(512, 96, "pair/fused = 1.053 at T=96 (5.44 vs 5.17 us), 0.978 at T=128 (5.66 vs 5.79)", False),
     ("sm_90a", 1536): _fused(1536, 64, "pair/fused = 1.139 at T=64 (6.05 vs 5.31 us)", True),
-    ("sm_90a", 2048): _fused(2048, 64, "pair/fused = 1.328 at T=64 (6.42 vs 4.83 us)", True),
-    ("sm_90a", 4096): _fused(4096, 64, "pair/fused = 1.570 at T=64 (7.58 vs 4.83 us)", True),
-    ("sm_90a", 5120): _fused(5120, 64, "pair/fused = 1.823 at T=64 (9.36 vs 5.14 us)", True),
-    ("sm_90a", 6144): _fused(6144, 64, "pair/fused = 1.863 at T=64 (9.98 vs 5.36 us)", True),
+    # the one-row reach of DW_ONE_ROW_ROWS (pair: the DW_CHUNKS partition, bench/partition.py --fused)
+    ("sm_90a", 2048): _fused(2048, 160, "pair/fused = 1.328 at T=64 (6.42 vs 4.83 us); 1.205 at T=128 "
+                             "(7.17 vs 5.95), 1.065 at T=160 (7.70 vs 7.23), 0.988 at T=192 (7.90 vs 8.00)", True),
+    ("sm_90a", 4096): _fused(4096, 256, "pair/fused = 1.570 at T=64 (7.58 vs 4.83 us); 1.114 at T=256 "
+                             "(10.34 vs 9.28), 0.970 at T=320 (11.15 vs 11.49)", True),
+    ("sm_90a", 5120): _fused(5120, 384, "pair/fused = 1.823 at T=64 (9.36 vs 5.14 us); 1.215 at T=256 "
+                             "(12.37 vs 10.18), 1.069 at T=384 (14.66 vs 13.71), 0.915 at T=512 (15.78 vs 17.25)", True),
+    ("sm_90a", 6144): _fused(6144, 384, "pair/fused = 1.863 at T=64 (9.98 vs 5.36 us); 1.222 at T=256 "
+                             "(13.66 vs 11.18), 1.018 at T=384 (16.00 vs 15.71), 0.872 at T=512 (17.18 vs 19.70)", True),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -113,6 +120,16 @@ DW_CHUNKS = {
     "mid": ((256, 64), (1024, 128), (None, DW_CHUNK_TARGET)),
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
+# Widths whose one-row chunks reach past 64 rows: H -> the last row count of one-row chunks (before
+# DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw straight from
+# g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the DW_CHUNKS
+# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r15-partition-fused.json):
+# [160,2048] 7.70 -> 7.23 us (but [192,2048] 7.90 against 8.00), [256,4096] 10.34 -> 9.28 (but
+# [320,4096] 11.15 against 11.49), [384,5120] 14.66 -> 13.71, [384,6144] 16.00 -> 15.71, and all
+# lost at 512 rows (1.09-1.25x: a tile's FP64 sums grow with the rows). H 1536 tied at 128 (6.56
+# against 6.59) and keeps 64. Exact widths only: the generic widths' fused edge is the rule's 64
+# rows, and the pair form on one-row chunks is slower ([256,4096] 13.84 us).
+DW_ONE_ROW_ROWS = {2048: 160, 4096: 256, 5120: 384, 6144: 384}
 
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
@@ -134,8 +151,8 @@ MEASURED_SINGLE_PAIR_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
 ENGINES = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
 
 
-def _bracket(pass_: str, hidden: int, low: str, high: str, note: str) -> Evidence:
-    return Evidence(measured=True, gpu=H200, sms=132, date="2026-12-02",
+def _bracket(pass_: str, hidden: int, low: str, high: str, note: str, date: str = "2026-12-02") -> Evidence:
+    return Evidence(measured=True, gpu=H200, sms=132, date=date,
                     below=f"{pass_}_h{hidden} {low}", above=f"{pass_}_h{hidden} {high}", ratio=note,
                     note="bench/engines.py (CUPTI kernel-active, cold L2, median of 30); the edge lies "
                          "between the two measured token counts")
@@ -148,10 +165,11 @@ def _bracket(pass_: str, hidden: int, low: str, high: str, note: str) -> Evidenc
 # The edges were measured on the plain rows and serve the residual rows too (not measured apart);
 # a backward width whose ring slots do not fit a CTA with the residual (H 5120) runs direct
 # throughout (cake_jit).
-def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16") -> tuple[int, Evidence]:
+def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16",
+          date: str = "2026-12-02") -> tuple[int, Evidence]:
     first, second = ENGINES[pass_]
     return at, _bracket(pass_, hidden, first, second, f"{weight} weight: {second}/{first} = {below} at T={at}, "
-                        f"{above} at the next token count measured")
+                        f"{above} at the next token count measured", date)
 
 
 _BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight rows time alike (<= 1.07x)
@@ -172,7 +190,10 @@ _FWD = {
         # at T = 1024 (512 CTAs of 2 rows) every CTA is resident at once with weights in L1 (4 per SM)
         # and not with weights in registers (3 per SM)
         5120: _edge("fwd", 5120, 512, "1.011 (5.73 vs 5.66 us)", "0.973 (6.86 vs 7.06 us, T=768)"),
-        6144: _edge("fwd", 6144, 1024, "1.058 (11.31 vs 10.69 us)", "0.898 (16.46 vs 18.34 us, T=2048)"),
+        # re-measured with the L1 kernel held to 40 registers (forward.cuh fwd_min_ctas;
+        # docs/bench/2026-12-03-h200-r15-engines-fwd.json): l1/regs 0.777 at T=768, 0.791 at 1024
+        # (H 5120's edge held there: l1/regs 0.994 at 512, 0.991 at 768, both weights' edges at 512)
+        6144: _edge("fwd", 6144, 256, "1.110 (5.18 vs 4.67 us)", "0.975 (6.21 vs 6.37 us, T=512)", date="2026-12-03"),
     },
     "fp32": {
         # 512, 1536 and 5120 re-measured with rows per CTA by token count
@@ -182,7 +203,9 @@ _FWD = {
         2048: _edge("fwd", 2048, 1024, "1.030 (5.39 vs 5.23 us)", "0.785 (7.01 vs 8.93 us, T=2048)", "fp32"),
         4096: _edge("fwd", 4096, 512, "1.058 (5.57 vs 5.26 us)", "0.792 (7.07 vs 8.93 us, T=1024)", "fp32"),
         5120: _edge("fwd", 5120, 512, "1.028 (5.79 vs 5.63 us)", "0.810 (7.78 vs 9.60 us, T=1024)", "fp32"),
-        6144: _edge("fwd", 6144, 1024, "1.114 (12.06 vs 10.83 us)", "0.898 (16.91 vs 18.83 us, T=2048)", "fp32"),
+        # re-measured with the L1 kernel held to 40 registers (-r15-engines-fwd.json)
+        6144: _edge("fwd", 6144, 512, "1.020 (6.59 vs 6.46 us)", "0.845 (8.11 vs 9.60 us, T=768)", "fp32",
+                    date="2026-12-03"),
     },
 }
 ENGINE_EDGES: dict[tuple[str, str, int, str], tuple[int, Evidence]] = {

@@ -107,8 +107,19 @@ def test_dw_partition_covers_rows_exactly(hidden):
         assert cr >= 1 and n >= 1
         assert n * cr >= rows and (n - 1) * cr < rows, (rows, cr, n)
         assert cake_jit.dw_partition(rows, hidden) == (cr, n)  # a pure function of (rows, H)
-        assert cake_jit.workspace_bytes(rows, hidden) == 256 + n * hidden * 8
+        assert cake_jit.workspace_bytes(rows, hidden) >= 256 + n * hidden * 8
         assert n <= max(cake_jit.CHUNK_TARGET, 1)
+
+
+@pytest.mark.parametrize("hidden", WIDTHS)
+def test_workspace_serves_every_smaller_row_count(hidden):
+    """workspace(tokens, H) is documented as reusable for every row count up to tokens: its size
+    bounds every smaller partition's partials, though chunk counts are not monotone in the rows."""
+    most = 0
+    for rows in range(0, 1500):
+        most = max(most, cake_jit.dw_partition(rows, hidden)[1])
+        assert cake_jit.workspace_bytes(rows, hidden) >= cake_jit.workspace_bytes_for(most, hidden), rows
+        assert cake_jit.workspace_bytes(rows, hidden) <= cake_jit.workspace_bytes_for(cake_jit.CHUNK_TARGET, hidden)
 
 
 @pytest.mark.parametrize("hidden", WIDTHS)
@@ -124,7 +135,22 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
         else:
             assert cr == -(-rows // cap) and (cr - 1) * cap < rows, (rows, cr, cap)
     last = cake_jit.one_row_chunks(hidden)
-    assert cake_jit.dw_partition(last, hidden) == (1, last) and cake_jit.dw_partition(last + 1, hidden)[0] == 2
+    assert cake_jit.dw_partition(last, hidden) == (1, last) and cake_jit.dw_partition(last + 1, hidden)[0] >= 2
+
+
+def test_one_row_reach_is_the_fused_form_s():
+    """Widths whose one-row chunks reach past DW_CHUNKS' first window are exact, measured widths,
+    and their fused window runs to that reach (the pair form on one-row chunks past 64 rows was
+    slower than on DW_CHUNKS); other widths, generic ones too, keep DW_CHUNKS alone."""
+    for h, reach in cake_windows.DW_ONE_ROW_ROWS.items():
+        assert h in cake_jit.QUALIFIED_WIDTHS and reach > 64
+        assert cake_jit.one_row_chunks(h) == reach
+        edge, ev = cake_jit.fused_edge("sm_90a", h)
+        assert edge == reach and ev.measured
+        assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach).window.form == "fused"
+        assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach + 1).window.form == "pair"
+    for h in (1536, 3000, 8192):
+        assert cake_jit.one_row_chunks(h) == 64
 
 
 def test_no_single_form_on_sm90a_qualified_routes():

@@ -26,8 +26,21 @@ namespace cake {
 // sum is rebuilt in shared memory in slice order, so the bits are the narrow rows'.
 // A row is reduced in the same canonical order whatever the CTA size, width of row or grid: no
 // bit depends on them.
+// The minimum CTAs of 512 threads per SM the kernel is compiled for (0: none, the compiler's own
+// choice). H >= 5120's narrow rows with weights from L1 took 46-48 registers, so at 1024 rows only
+// five of their 192-thread CTAs fit an SM and the grid ran in 1.55 waves; held to 40 registers
+// (three CTAs of 512 threads, no spills without the residual) all rows fit at once: [1024,6144]
+// 10.05 -> 8.29 us (H200, bench/variants.py, docs/bench/2026-12-03-h200-r15-fwd-variants.json).
+// Elsewhere a minimum changed the compiler's scheduling for the worse ([4096,1536] 1.25x slower
+// at the same 32 registers), so every other kernel keeps none.
+template <int HC, bool RES, bool WREGS, bool WIDE>
+constexpr int fwd_min_ctas() {
+  return HC >= 5120 && !RES && !WREGS && !WIDE ? 3 : 0;
+}
+
 template <int HC, typename WT, bool RES, bool WREGS, bool WIDE>
-__global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads) forward_kernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_ctas<HC, RES, WREGS, WIDE>()))
+    forward_kernel(const ForwardArgs a) {
   using Geom = RowGeom<true>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
