@@ -1,17 +1,19 @@
 """Both engines of each qualified width, side by side over token counts (GPU).
 
-    python bench/engines.py [--out DIR] [--forms]
+    python bench/engines.py [--out DIR] [--forms [--caps 132,264]]
 
 For each width and pass, cake_rmsnorm_det is timed with each engine forced (the routes pick one
 per token window; both compute the same bits) with the benchmark's method (CUPTI kernel-active
 time, cold L2, median of 30). The rows put the engine edges of cake_windows.py where they are.
 --forms times the backward's fused and pair forms instead (the same bits on one-row chunks), at
-the token counts whose partition is one-row chunks: the rows put the fused edges.
+the token counts whose partition is one-row chunks: the rows put the fused edges; --caps adds the
+fused form on grids capped at those CTA counts (its CTAs then take several work items each).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--tokens", default="", help="token counts to time (default: the pass's TOKENS)")
     ap.add_argument("--forms", action="store_true", help="backward fused against pair form (the fused edge)")
+    ap.add_argument("--caps", default="", help="with --forms: also the fused form on grids capped at these CTAs")
     a = ap.parse_args(argv)
     if a.forms:
         a.passes = "bwd"
@@ -64,14 +67,18 @@ def main(argv=None) -> int:
                         us[e] = timer(fn)
                 row = {"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us}
                 note = ""
-                if a.forms:  # the two forms must agree bit for bit
+                if a.forms:  # the two forms (and capped fused grids) must agree bit for bit
+                    runs = [(e, None) for e in (e1, e2)] + [(e1, c) for c in bench.int_list(a.caps)]
                     outs = []
-                    for e in (e1, e2):
-                        with force(e):
+                    for e, cap in runs:
+                        with force(e), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
                             outs.append([o.clone() for o in crd.backward(g, x, w, rstd)])
+                            if cap:
+                                us[f"{e}/cap{cap}"] = timer(lambda: crd.backward(g, x, w, rstd))
                     row["bits_equal"] = all(torch.equal(p.view(torch.uint8), q.view(torch.uint8))
-                                            for p, q in zip(*outs))
+                                            for o in outs[1:] for p, q in zip(outs[0], o))
                     note = "" if row["bits_equal"] else "  BITS DIFFER"
+                    note += "".join(f"  {k} {v:.3f}" for k, v in us.items() if "/cap" in k)
                 rows.append(row)
                 print(f"{pass_:4s} [{t},{h}]{'':{max(0, 14 - len(str(t)) - len(str(h)))}s} {us[e1]:9.3f} {us[e2]:9.3f}  "
                       f"{us[e2] / us[e1]:.3f} ({e2}/{e1}){note}", flush=True)
