@@ -336,6 +336,9 @@ def current_arch(device: Any = None) -> str:
         return env
     import torch
 
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device to take the arch from: pass arch= (one of "
+                           f"{sorted(SUPPORTED_ARCHS)}) or set CAKE_RMSNORM_DET_ARCH")
     return arch_of_capability(torch.cuda.get_device_capability(device))
 
 

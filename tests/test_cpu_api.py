@@ -143,3 +143,15 @@ def test_flashinfer_style_aliases():
     assert crd.cake_rmsnorm_det_train_backward is crd.backward
     assert crd.cake_rmsnorm_det is crd.rmsnorm
     assert crd.cake_rmsnorm_det_workspace_bytes is crd.workspace_bytes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the arch comes from the device here")
+def test_route_inspection_without_a_device_says_what_to_pass(monkeypatch):
+    """Without CUDA the arch cannot come from the device: the error names the way out (arch= or
+    CAKE_RMSNORM_DET_ARCH) instead of torch's "not compiled with CUDA"."""
+    monkeypatch.delenv("CAKE_RMSNORM_DET_ARCH", raising=False)
+    with pytest.raises(RuntimeError, match="pass arch="):
+        crd.explain_route("bwd", 4096, tokens=256)
+    assert "fused" in str(crd.explain_route("bwd", 4096, tokens=256, arch="sm_90a"))
+    monkeypatch.setenv("CAKE_RMSNORM_DET_ARCH", "sm_90a")
+    assert "sm_90a" in str(crd.explain_route("bwd", 4096, tokens=256))
