@@ -33,17 +33,22 @@ CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, *cw.DW_ONE_ROW_ROWS.values())  # the most
 
 @lru_cache(maxsize=None)
 def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
-    """The DW_CHUNKS class of width `hidden` (a function of H alone; the partition runs every call)."""
+    """The (last rows, chunks) windows of width `hidden` (a function of H alone; the partition runs
+    every call): its DW_CHUNKS class, led by a window of `reach` chunks up to `reach` rows (one-row
+    chunks, since ceil(rows / ceil(rows / reach)) = rows there) where DW_ONE_ROW_ROWS has one."""
     if layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA:
-        return cw.DW_CHUNKS["narrow"]
-    return cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+        windows = cw.DW_CHUNKS["narrow"]
+    else:
+        windows = cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+    reach = cw.DW_ONE_ROW_ROWS.get(hidden)
+    if reach is None:
+        return windows
+    return ((reach, reach),) + tuple(w for w in windows if w[0] is None or w[0] > reach)
 
 
 def dw_max_chunks(rows: int, hidden: int) -> int:
-    """The chunk count the partition aims at for `rows` rows of width `hidden`: one per row up to
-    the width's one-row reach (cake_windows.DW_ONE_ROW_ROWS), else cake_windows.DW_CHUNKS."""
-    if rows <= cw.DW_ONE_ROW_ROWS.get(hidden, 0):
-        return rows
+    """The chunk count the partition aims at for `rows` rows of width `hidden` (cake_windows.DW_CHUNKS,
+    and DW_ONE_ROW_ROWS' one-row reach)."""
     for last, chunks in _dw_chunk_windows(hidden):
         if last is None or rows <= last:
             return chunks
@@ -91,7 +96,7 @@ def workspace_bytes_for(chunks: int, hidden: int) -> int:
 def max_chunks_up_to(rows: int, hidden: int) -> int:
     """An upper bound on the chunks of the partition of any row count up to `rows` (the chunk
     count is not monotone in the rows: 64 one-row chunks at 64 rows, 33 of two rows at 65)."""
-    most = min(rows, cw.DW_ONE_ROW_ROWS.get(hidden, 0))
+    most = 0
     start = 0
     for last, chunks in _dw_chunk_windows(hidden):
         if rows > start:
