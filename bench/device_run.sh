@@ -66,7 +66,7 @@ PY
 fi
 if has cakebench; then
   timeout "$(left)" python3 -m cake_rmsnorm_det.bench --quick --no-baselines --out "$LOG/cakebench" \
-    --compare docs/bench/2026-12-03-h200-r15-quick-cake.json > "$LOG/cakebench.log" 2>&1
+    --compare docs/bench/2026-12-03-h200-r16-quick-cake.json > "$LOG/cakebench.log" 2>&1
   grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
 fi
 if has variants; then

@@ -75,25 +75,29 @@ def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence
         "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
 
 
-# (arch, H) -> (last row count of the fused form, evidence). Measured with bench/engines.py
+# (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
 # --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
-# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16), and up to 96 rows at H 256 / 512,
-# where a tile's 16 warps walk more rows than the pair form's row CTAs. Where DW_ONE_ROW_ROWS takes
-# one-row chunks further, bench/partition.py --fused timed the fused form there against the pair
-# form on the DW_CHUNKS partition (docs/bench/2026-12-03-h200-r15-partition-fused.json).
+# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). With tiles of 64 columns and
+# 8-row load rounds past 128 rows (backward_fused.cuh) bench/partition.py --fused timed it against
+# the pair form at T = 1 .. 512 (docs/bench/2026-12-03-h200-r16-fused-edges.json): on one-row
+# chunks at H 256 / 512 (their partition), on the DW_CHUNKS partition past DW_ONE_ROW_ROWS' old
+# reach elsewhere. A tie keeps the pair form.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _fused(256, 96, "pair/fused = 1.015 at T=96 (5.25 vs 5.17 us), 0.958 at T=128 (5.50 vs 5.75)", False),
-    ("sm_90a", 512): _fused(512, 96, "pair/fused = 1.053 at T=96 (5.44 vs 5.17 us), 0.978 at T=128 (5.66 vs 5.79)", False),
-    ("sm_90a", 1536): _fused(1536, 64, "pair/fused = 1.139 at T=64 (6.05 vs 5.31 us)", True),
+    ("sm_90a", 256): _fused(256, 192, "pair/fused = 1.178 at T=128 (5.54 vs 4.70 us), 1.027 at T=192 (5.98 vs 5.82), "
+                            "0.967 at T=224 (6.13 vs 6.34)", False),
+    ("sm_90a", 512): _fused(512, 224, "pair/fused = 1.180 at T=128 (5.63 vs 4.77 us), 1.019 at T=224 (6.42 vs 6.30), "
+                            "0.873 at T=256 (5.98 vs 6.85)", False),
     # the one-row reach of DW_ONE_ROW_ROWS (pair: the DW_CHUNKS partition, bench/partition.py --fused)
-    ("sm_90a", 2048): _fused(2048, 160, "pair/fused = 1.328 at T=64 (6.42 vs 4.83 us); 1.205 at T=128 "
-                             "(7.17 vs 5.95), 1.065 at T=160 (7.70 vs 7.23), 0.988 at T=192 (7.90 vs 8.00)", True),
-    ("sm_90a", 4096): _fused(4096, 256, "pair/fused = 1.570 at T=64 (7.58 vs 4.83 us); 1.114 at T=256 "
-                             "(10.34 vs 9.28), 0.970 at T=320 (11.15 vs 11.49)", True),
-    ("sm_90a", 5120): _fused(5120, 384, "pair/fused = 1.823 at T=64 (9.36 vs 5.14 us); 1.215 at T=256 "
-                             "(12.37 vs 10.18), 1.069 at T=384 (14.66 vs 13.71), 0.915 at T=512 (15.78 vs 17.25)", True),
-    ("sm_90a", 6144): _fused(6144, 384, "pair/fused = 1.863 at T=64 (9.98 vs 5.36 us); 1.222 at T=256 "
-                             "(13.66 vs 11.18), 1.018 at T=384 (16.00 vs 15.71), 0.872 at T=512 (17.18 vs 19.70)", True),
+    ("sm_90a", 1536): _fused(1536, 160, "pair/fused = 1.150 at T=128 (6.59 vs 5.73 us), 1.049 at T=160 (7.10 vs 6.77), "
+                             "0.997 at T=192 (7.23 vs 7.25)", True),
+    ("sm_90a", 2048): _fused(2048, 288, "pair/fused = 1.289 at T=192 (7.84 vs 6.08 us), 1.122 at T=256 (8.19 vs 7.30), "
+                             "1.027 at T=288 (8.74 vs 8.51), 0.982 at T=320 (8.77 vs 8.93)", True),
+    ("sm_90a", 4096): _fused(4096, 384, "pair/fused = 1.204 at T=288 (10.91 vs 9.06 us), 1.125 at T=384 (11.81 vs "
+                             "10.50), 1.006 at T=448 (12.13 vs 12.06: a tie), 0.971 at T=512 (12.82 vs 13.20)", True),
+    ("sm_90a", 5120): _fused(5120, 448, "pair/fused = 1.004 at T=288 (10.82 vs 10.78 us), 1.052 at T=448 (14.88 vs "
+                             "14.14), 0.998 at T=512 (15.71 vs 15.74)", True),
+    ("sm_90a", 6144): _fused(6144, 384, "pair/fused = 1.044 at T=384 (16.00 us, -r15-partition-fused.json, vs 15.33), "
+                             "0.953 at T=448 (16.46 vs 17.28)", True),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -123,13 +127,13 @@ DW_CHUNKS = {
 # Widths whose one-row chunks reach past 64 rows: H -> the last row count of one-row chunks (before
 # DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw straight from
 # g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the DW_CHUNKS
-# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r15-partition-fused.json):
-# [160,2048] 7.70 -> 7.23 us (but [192,2048] 7.90 against 8.00), [256,4096] 10.34 -> 9.28 (but
-# [320,4096] 11.15 against 11.49), [384,5120] 14.66 -> 13.71, [384,6144] 16.00 -> 15.71, and all
-# lost at 512 rows (1.09-1.25x: a tile's FP64 sums grow with the rows). H 1536 tied at 128 (6.56
-# against 6.59) and keeps 64. Exact widths only: the generic widths' fused edge is the rule's 64
-# rows, and the pair form on one-row chunks is slower ([256,4096] 13.84 us).
-DW_ONE_ROW_ROWS = {2048: 160, 4096: 256, 5120: 384, 6144: 384}
+# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r16-fused-edges.json,
+# MEASURED_FUSED_EDGES' evidence): [160,1536] 7.10 -> 6.77 us, [288,2048] 8.74 -> 8.51, [384,4096]
+# 11.81 -> 10.50, [448,5120] 14.88 -> 14.14; they tie or lose one measured row count further (a
+# tile's FP64 sums grow with the rows). H 6144 keeps 384 (0.953 at 448). Exact widths only: the
+# generic widths' fused edge is the rule's 64 rows, and the pair form on one-row chunks is slower
+# ([256,4096] 13.84 us).
+DW_ONE_ROW_ROWS = {1536: 160, 2048: 288, 4096: 384, 5120: 448, 6144: 384}
 
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cake_rmsnorm_det as crd
-from cake_rmsnorm_det import api, reference as ref
+from cake_rmsnorm_det import api, cake_windows, reference as ref
 
 
 def test_activation_dtype_and_device_errors():
@@ -40,7 +40,10 @@ def test_hidden_rule():
         api._check_hidden(h)
     with pytest.raises(ValueError, match="multiple of 8"):
         crd.workspace_bytes(10, 100)
-    assert crd.workspace_bytes(65536, 4096) == 256 + 264 * 4096 * 8
+    # the most chunks of any row count up to 65536: the one-row reach (384 at H 4096) or 264
+    most = max(264, cake_windows.DW_ONE_ROW_ROWS[4096])
+    assert crd.workspace_bytes(65536, 4096) == 256 + most * 4096 * 8
+    assert crd.workspace_bytes(65536, 3000) == 256 + 264 * 3000 * 8
 
 
 def test_rows_view_reads_strided_views_in_place():

@@ -149,7 +149,7 @@ def test_one_row_reach_is_the_fused_form_s():
         assert edge == reach and ev.measured
         assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach).window.form == "fused"
         assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach + 1).window.form == "pair"
-    for h in (1536, 3000, 8192):
+    for h in (3000, 8192):
         assert cake_jit.one_row_chunks(h) == 64
 
 

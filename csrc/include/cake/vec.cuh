@@ -27,6 +27,11 @@ __device__ __forceinline__ uint2 load_quad(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint2*>(p));
 }
 
+// 2 BF16 values (4 bytes, one word) through the read-only path: the narrow tile lanes.
+__device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+
 __device__ __forceinline__ void store_pack(__nv_bfloat16* p, const Pack8& v) {
   asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.u[0]), "r"(v.u[1]),
                "r"(v.u[2]), "r"(v.u[3])
@@ -43,6 +48,11 @@ __device__ __forceinline__ void unpack(const Pack8& v, float (&f)[kVec]) {
     f[2 * i] = lo_bf16(v.u[i]);
     f[2 * i + 1] = hi_bf16(v.u[i]);
   }
+}
+
+__device__ __forceinline__ void unpack(uint32_t v, float (&f)[2]) {
+  f[0] = lo_bf16(v);
+  f[1] = hi_bf16(v);
 }
 
 __device__ __forceinline__ void unpack(uint2 v, float (&f)[4]) {
