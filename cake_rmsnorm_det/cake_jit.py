@@ -35,13 +35,14 @@ CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, *cw.DW_ONE_ROW_ROWS.values())  # the most
 def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden` (a function of H alone; the partition runs
     every call): its DW_CHUNKS class, led by a window of `reach` chunks up to `reach` rows (one-row
-    chunks, since ceil(rows / ceil(rows / reach)) = rows there) where DW_ONE_ROW_ROWS has one."""
+    chunks, since ceil(rows / ceil(rows / reach)) = rows there): DW_ONE_ROW_ROWS' reach, or for
+    the other widths but the narrow ones DW_RULE_ONE_ROW_ROWS."""
     if layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA:
         windows = cw.DW_CHUNKS["narrow"]
     else:
         windows = cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
-    reach = cw.DW_ONE_ROW_ROWS.get(hidden)
-    if reach is None:
+    reach = cw.DW_ONE_ROW_ROWS.get(hidden, 0 if windows is cw.DW_CHUNKS["narrow"] else cw.DW_RULE_ONE_ROW_ROWS)
+    if not reach:
         return windows
     return ((reach, reach),) + tuple(w for w in windows if w[0] is None or w[0] > reach)
 
@@ -95,7 +96,7 @@ def workspace_bytes_for(chunks: int, hidden: int) -> int:
 
 def max_chunks_up_to(rows: int, hidden: int) -> int:
     """An upper bound on the chunks of the partition of any row count up to `rows` (the chunk
-    count is not monotone in the rows: 64 one-row chunks at 64 rows, 33 of two rows at 65)."""
+    count is not monotone in the rows: 160 one-row chunks at 160 rows, 54 of three rows at 161)."""
     most = 0
     start = 0
     for last, chunks in _dw_chunk_windows(hidden):

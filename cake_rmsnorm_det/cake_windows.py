@@ -57,13 +57,20 @@ QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 H200 = "NVIDIA H200"
 
 # The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
-# warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 64 rows.
-FUSED_RULE_ROWS = 64
+# warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 160 rows:
+# with 64-column tiles it beat the pair form there at every width measured, the seven qualified
+# widths (docs/bench/2026-12-03-h200-r16-fused-edges.json) and the generic widths 1000, 3072, 8192,
+# 16384 (bench/partition.py --fused, -r16-fused-generic.json): [128,3072] 9.09 us against 13.23
+# (the pair form on the old partition's two-row chunks), [160,3072] 11.06 against 14.00 (two-row
+# chunks) / 16.50 (DW_CHUNKS' three-row chunks), [128,8192] 11.71 against 22.62, [160,16384] 24.32
+# against 36.02, [160,1000] 8.26 against 9.76. Nothing past 160 rows was timed at generic widths.
+FUSED_RULE_ROWS = 160
 
 
 def fused_rule_evidence(arch: str) -> Evidence:
     if arch == "sm_90a":
-        return unmeasured(f"rule: the fused form up to {FUSED_RULE_ROWS} rows of one-row chunks")
+        return unmeasured(f"rule: the fused form up to {FUSED_RULE_ROWS} rows of one-row chunks (it won there at "
+                          "every width measured: the qualified ones and H 1000 / 3072 / 8192 / 16384)")
     return unmeasured(f"Blackwell build: compiled, never measured; the rule of {FUSED_RULE_ROWS} rows")
 
 
@@ -130,10 +137,14 @@ DW_CHUNKS = {
 # partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r16-fused-edges.json,
 # MEASURED_FUSED_EDGES' evidence): [160,1536] 7.10 -> 6.77 us, [288,2048] 8.74 -> 8.51, [384,4096]
 # 11.81 -> 10.50, [448,5120] 14.88 -> 14.14; they tie or lose one measured row count further (a
-# tile's FP64 sums grow with the rows). H 6144 keeps 384 (0.953 at 448). Exact widths only: the
-# generic widths' fused edge is the rule's 64 rows, and the pair form on one-row chunks is slower
-# ([256,4096] 13.84 us).
+# tile's FP64 sums grow with the rows). H 6144 keeps 384 (0.953 at 448). Exact widths only (the
+# generic widths take the rule's reach below); the pair form on one-row chunks is slower there
+# ([256,4096] 13.84 us), so a reach is a fused window.
 DW_ONE_ROW_ROWS = {1536: 160, 2048: 288, 4096: 384, 5120: 448, 6144: 384}
+# The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
+# fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
+# the fused rule's rows, so that the rule's window is all one-row chunks.
+DW_RULE_ONE_ROW_ROWS = FUSED_RULE_ROWS
 
 SPEC_ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 

@@ -141,7 +141,7 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
 def test_one_row_reach_is_the_fused_form_s():
     """Widths whose one-row chunks reach past DW_CHUNKS' first window are exact, measured widths,
     and their fused window runs to that reach (the pair form on one-row chunks past 64 rows was
-    slower than on DW_CHUNKS); other widths, generic ones too, keep DW_CHUNKS alone."""
+    slower than on DW_CHUNKS); generic widths take the rule's reach."""
     for h, reach in cake_windows.DW_ONE_ROW_ROWS.items():
         assert h in cake_jit.QUALIFIED_WIDTHS and reach > 64
         assert cake_jit.one_row_chunks(h) == reach
@@ -149,8 +149,9 @@ def test_one_row_reach_is_the_fused_form_s():
         assert edge == reach and ev.measured
         assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach).window.form == "fused"
         assert cake_jit.route("sm_90a", "bwd", h, "bf16", False, reach + 1).window.form == "pair"
-    for h in (3000, 8192):
-        assert cake_jit.one_row_chunks(h) == 64
+    for h in (3000, 8192, 16384):  # generic widths: the rule's reach, all of it the fused window
+        assert cake_jit.one_row_chunks(h) == cake_windows.DW_RULE_ONE_ROW_ROWS
+        assert cake_jit.fused_edge("sm_90a", h)[0] == cake_windows.FUSED_RULE_ROWS == cake_windows.DW_RULE_ONE_ROW_ROWS
 
 
 def test_no_single_form_on_sm90a_qualified_routes():
