@@ -35,7 +35,9 @@ __host__ __device__ constexpr int tile_lane_cols(int) { return 2; }
 // where the row CTAs' threads leave fewer registers: 768 threads at H 6144 (4 throughout), the
 // generic program's 1024 (2).
 __host__ __device__ constexpr int tile_depth(int hc, bool deep) { return hc == 0 ? 2 : (deep && hc < 6144 ? 8 : 4); }
-__host__ __device__ __forceinline__ bool tile_deep(int64_t rows) { return dw_block_len(rows) > 4; }
+// The deep rounds once a level-1 block holds more rows than a shallow round loads.
+template <int HC>
+__host__ __device__ __forceinline__ bool tile_deep(int64_t rows) { return dw_block_len(rows) > tile_depth(HC, false); }
 __host__ __device__ constexpr int tile_cols(int hc) { return 32 * tile_lane_cols(hc); }
 
 // Tile CTAs of a fused launch: one per tile_cols columns, whatever the rows (even one row's dw is
@@ -190,7 +192,7 @@ cudaError_t launch_backward_fused(const BackwardArgs& a) {
   if (a.chunk_rows != 1 || a.chunks != a.rows) return cudaErrorInvalidValue;
   constexpr int kShallow = tile_depth(HC, false), kDeep = tile_depth(HC, true);
   if constexpr (kDeep != kShallow) {
-    if (tile_deep(a.rows)) return launch_backward_fused_depth<HC, WT, RES, kDeep>(a);
+    if (tile_deep<HC>(a.rows)) return launch_backward_fused_depth<HC, WT, RES, kDeep>(a);
   }
   return launch_backward_fused_depth<HC, WT, RES, kShallow>(a);
 }
