@@ -28,22 +28,19 @@ INF = None  # an open upper edge
 # partial row of H. Few rows: one-row chunks (the rows run side by side, and the fused form sums
 # their partials without writing them); more rows: fewer, longer chunks. The counts are measured
 # (cake_windows.DW_CHUNKS, bench/partition.py).
-CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, *cw.DW_ONE_ROW_ROWS.values())  # the most chunks of any partition
+CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, cw.DW_RULE_ONE_ROW_ROWS, *cw.DW_ONE_ROW_ROWS.values())  # the most chunks of any partition
 
 
 @lru_cache(maxsize=None)
 def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden` (a function of H alone; the partition runs
     every call): its DW_CHUNKS class, led by a window of `reach` chunks up to `reach` rows (one-row
-    chunks, since ceil(rows / ceil(rows / reach)) = rows there): DW_ONE_ROW_ROWS' reach, or for
-    the other widths but the narrow ones DW_RULE_ONE_ROW_ROWS."""
+    chunks, since ceil(rows / ceil(rows / reach)) = rows there): DW_ONE_ROW_ROWS' reach, else
+    DW_RULE_ONE_ROW_ROWS. Narrow widths keep their class alone (one-row chunks to 264 rows)."""
     if layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA:
-        windows = cw.DW_CHUNKS["narrow"]
-    else:
-        windows = cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
-    reach = cw.DW_ONE_ROW_ROWS.get(hidden, 0 if windows is cw.DW_CHUNKS["narrow"] else cw.DW_RULE_ONE_ROW_ROWS)
-    if not reach:
-        return windows
+        return cw.DW_CHUNKS["narrow"]
+    windows = cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+    reach = cw.DW_ONE_ROW_ROWS.get(hidden, cw.DW_RULE_ONE_ROW_ROWS)
     return ((reach, reach),) + tuple(w for w in windows if w[0] is None or w[0] > reach)
 
 

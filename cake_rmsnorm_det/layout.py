@@ -55,7 +55,7 @@ def ring_row_depth(hidden: int) -> int:
     return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
 
 
-FUSED_TILE_COLS = 64  # backward_fused.cuh, tile_cols: dw columns per tile CTA of the fused form (32 lanes x 2)
+FUSED_TILE_COLS = 64  # backward_fused.cuh, kTileCols: dw columns per tile CTA of the fused form (32 lanes x 2)
 
 RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
 

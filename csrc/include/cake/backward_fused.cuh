@@ -11,7 +11,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
-#include <type_traits>
 
 #include "cake/args.cuh"
 #include "cake/backward_rows.cuh"
@@ -28,7 +27,8 @@ namespace cake {
 // every width from 16 rows on (H200, bench/partition.py --fused: [16,512] 3.02 -> 2.46 us, [64,256]
 // 4.58 -> 3.74, [256,4096] 9.31 -> 8.19, [256,6144] 11.70 -> 10.85) and within 0.16 us either way at
 // 1-4 rows (docs/bench/2026-12-03-h200-r16-fused-tiles.json, -r16-fused-edges.json).
-__host__ __device__ constexpr int tile_lane_cols(int) { return 2; }
+constexpr int kTileLaneCols = 2;
+constexpr int kTileCols = 32 * kTileLaneCols;  // columns per tile CTA
 // Rows a lane loads before it sums them. A level-1 block holds ceil(rows / 32) rows, so up to 128
 // rows 4 cover a block in one round of loads; past that 8 halve the rounds ([256,2048] 8.05 ->
 // 7.28 us, [384,4096] 11.01 -> 10.50), while at <= 128 rows 8 cost 0.2-0.5 us more than 4. Fewer
@@ -38,85 +38,69 @@ __host__ __device__ constexpr int tile_depth(int hc, bool deep) { return hc == 0
 // The deep rounds once a level-1 block holds more rows than a shallow round loads.
 template <int HC>
 __host__ __device__ __forceinline__ bool tile_deep(int64_t rows) { return dw_block_len(rows) > tile_depth(HC, false); }
-__host__ __device__ constexpr int tile_cols(int hc) { return 32 * tile_lane_cols(hc); }
 
-// Tile CTAs of a fused launch: one per tile_cols columns, whatever the rows (even one row's dw is
+// Tile CTAs of a fused launch: one per kTileCols columns, whatever the rows (even one row's dw is
 // FP64 work worth spreading over SMs: a row CTA that also summed it ran 1.35x longer at [1,4096]).
-template <int HC>
-__host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) {
-  return (hidden + tile_cols(HC) - 1) / tile_cols(HC);
-}
+__host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) { return (hidden + kTileCols - 1) / kTileCols; }
 
-// Shared memory of a tile CTA: the level-1 results, [blocks][tile_cols] (s, c) pairs; blocks
+// Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs; blocks
 // = dw_blocks(rows) <= kMaxBlocks.
-template <int HC>
 __host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t blocks) {
-  return size_t(blocks) * tile_cols(HC) * sizeof(double2);
+  return size_t(blocks) * kTileCols * sizeof(double2);
 }
 
-// A lane's LC columns of one row (g, x as BF16 pairs) and the row's rstd.
-template <int LC>
+// A lane's kTileLaneCols columns of one row (g, x as BF16 pairs) and the row's rstd.
 struct TileRow {
-  static_assert(LC == 2 || LC == 4, "a tile lane holds 2 or 4 columns");
-  using Bits = typename std::conditional<LC == 4, uint2, uint32_t>::type;
-  Bits g, x;
+  uint32_t g, x;
   float rstd;
-  __device__ __forceinline__ static Bits load_cols(const __nv_bfloat16* p) {
-    if constexpr (LC == 4) {
-      return load_quad(p);
-    } else {
-      return load_pair(p);
-    }
-  }
   __device__ __forceinline__ static TileRow load(const BackwardArgs& a, int64_t row, int64_t col) {
     TileRow t;
-    t.g = load_cols(a.g + a.gv.offset(row) + col);
-    t.x = load_cols(a.x + a.xv.offset(row) + col);
+    t.g = load_pair(a.g + a.gv.offset(row) + col);
+    t.x = load_pair(a.x + a.xv.offset(row) + col);
     t.rstd = __ldg(a.rstd + row);
     return t;
   }
 };
 
 // dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
-// order) spread over the CTA's warps, each lane on LC adjacent columns; level 2 (the blocks in
+// order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the blocks in
 // block order) a column per thread. Every thread of the CTA calls it (one CTA barrier inside, and
 // one before the CTA's next tile reuses `blocks`).
-template <int DEPTH, int LC>
+template <int DEPTH>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
-  constexpr int kCols = 32 * LC;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t base = tile * kCols;
-  const int64_t col = base + int64_t(lane) * LC;
+  const int64_t base = tile * kTileCols;
+  const int64_t col = base + int64_t(lane) * kTileLaneCols;
   const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
   if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
     for (int64_t b = warp; b < nb; b += warps) {
-      Compensated s[LC];
+      Compensated s[kTileLaneCols];
       const int64_t r0 = b * len, r1 = r0 + len < a.rows ? r0 + len : a.rows;
       // DEPTH rows' loads go out before their sums (a warp walks len rows per block)
       for (int64_t r = r0; r < r1; r += DEPTH) {
-        TileRow<LC> t[DEPTH];
+        TileRow t[DEPTH];
 #pragma unroll
         for (int i = 0; i < DEPTH; ++i)
-          if (r + i < r1) t[i] = TileRow<LC>::load(a, r + i, col);
+          if (r + i < r1) t[i] = TileRow::load(a, r + i, col);
 #pragma unroll
         for (int i = 0; i < DEPTH; ++i) {
           if (r + i < r1) {
-            float gf[LC], xf[LC];
+            float gf[kTileLaneCols], xf[kTileLaneCols];
             unpack(t[i].g, gf);
             unpack(t[i].x, xf);
             const double rd = double(t[i].rstd);
 #pragma unroll
-            for (int e = 0; e < LC; ++e) s[e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
+            for (int e = 0; e < kTileLaneCols; ++e) s[e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
           }
         }
       }
 #pragma unroll
-      for (int e = 0; e < LC; ++e) blocks[b * kCols + lane * LC + e] = make_double2(s[e].s, s[e].c);
+      for (int e = 0; e < kTileLaneCols; ++e) blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[e].s, s[e].c);
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < kCols && base + c < a.hidden; c += blockDim.x)
-    a.dw[base + c] = dw_final_of(blocks + c, nb, kCols);
+  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x)
+    a.dw[base + c] = dw_final_of(blocks + c, nb, kTileCols);
   __syncthreads();
 }
 
@@ -153,12 +137,12 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_fused_kernel(
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
   __shared__ float slots[2][kMaxCtaThreads / 32];
   extern __shared__ double2 tile_blocks[];
-  const int64_t tiles = fused_tiles<HC>(a.hidden);
+  const int64_t tiles = fused_tiles(a.hidden);
   const int64_t items = tiles + (a.rows + G.rpc - 1) / G.rpc;
   int parity = 0;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     if (item < tiles) {
-      fused_dw_tile<DEPTH, tile_lane_cols(HC)>(a, item, tile_blocks);
+      fused_dw_tile<DEPTH>(a, item, tile_blocks);
     } else {
       fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots[parity]);
       parity ^= 1;
@@ -174,14 +158,14 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int rpc = rows_per_cta(L.threads);
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
-  const size_t smem = fused_tile_smem<HC>(dw_blocks(a.rows));
+  const size_t smem = fused_tile_smem(dw_blocks(a.rows));
   auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH>;
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).
   cudaError_t e = cudaSuccess;
-  resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem<HC>(kMaxBlocks), &e);
+  resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
-  int64_t blocks = fused_tiles<HC>(a.hidden) + (a.rows + groups - 1) / groups;
+  int64_t blocks = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
   if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
   kernel<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
   return cudaGetLastError();

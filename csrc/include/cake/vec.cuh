@@ -22,12 +22,7 @@ __device__ __forceinline__ Pack8 load_stream(const __nv_bfloat16* p) {
   return v;
 }
 
-// 4 BF16 values (8 bytes, as two words) through the read-only path: the fused form's tile lanes.
-__device__ __forceinline__ uint2 load_quad(const __nv_bfloat16* p) {
-  return __ldg(reinterpret_cast<const uint2*>(p));
-}
-
-// 2 BF16 values (4 bytes, one word) through the read-only path: the narrow tile lanes.
+// 2 BF16 values (4 bytes, one word) through the read-only path: the fused form's tile lanes.
 __device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const unsigned int*>(p));
 }
@@ -53,13 +48,6 @@ __device__ __forceinline__ void unpack(const Pack8& v, float (&f)[kVec]) {
 __device__ __forceinline__ void unpack(uint32_t v, float (&f)[2]) {
   f[0] = lo_bf16(v);
   f[1] = hi_bf16(v);
-}
-
-__device__ __forceinline__ void unpack(uint2 v, float (&f)[4]) {
-  f[0] = lo_bf16(v.x);
-  f[1] = hi_bf16(v.x);
-  f[2] = lo_bf16(v.y);
-  f[3] = hi_bf16(v.y);
 }
 
 // Sum of the squares of a pack's 8 BF16 values in FP64, in a fixed order: the low and the high
