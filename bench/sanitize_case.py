@@ -1,6 +1,6 @@
 """One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
-direct/ring in the fused, single and pair forms; residual; a strided view; a generic width), for
-compute-sanitizer."""
+direct/ring in the fused, single and pair forms, one row in one CTA; residual; a strided view; a
+generic width), for compute-sanitizer."""
 
 import torch
 
@@ -9,7 +9,7 @@ from cake_rmsnorm_det import cake_jit
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
-for hidden, rows in ((256, 4), (256, 8), (256, 264), (4096, 1), (4096, 6), (6144, 64), (2048, 600), (5120, 300),
+for hidden, rows in ((256, 1), (1536, 1), (1000, 1), (256, 4), (256, 8), (256, 264), (4096, 1), (4096, 6), (6144, 64), (2048, 600), (5120, 300),
                      (1000, 77)):
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     r = torch.randn_like(x)

@@ -55,6 +55,7 @@ def ring_row_depth(hidden: int) -> int:
     return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
 
 
+ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
 FUSED_TILE_COLS = 64  # backward_fused.cuh, kTileCols: dw columns per tile CTA of the fused form (32 lanes x 2)
 
 RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
@@ -87,6 +88,9 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
                      f"occupancy query), wide rows: 1 row x {threads * vpt} threads x 1 vec16 per CTA, "
                      f"weights in registers")
         return text
+    if form == "fused" and rows == 1 and hidden <= ONE_ROW_MAX_HIDDEN:
+        return (f"backward_row_kernel, one CTA of {threads} threads x {vpt} vec16: the row's dx and dw "
+                f"(g*x*rstd rounded once, the tiles' bits) with no tiles beside it")
     if form == "fused":
         groups = min(rpc, max(rows, 1))
         tiles = ceil(hidden / FUSED_TILE_COLS)

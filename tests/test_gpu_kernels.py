@@ -177,6 +177,38 @@ def test_fused_form_matches_pair(hidden, variant, device):
         crd.backward(g, x, w, rstd)
 
 
+@pytest.mark.parametrize("hidden", (256, 512, 1536, 1000))
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float32], ids=["wbf16", "wfp32"])
+def test_one_row_dw_edge_values(hidden, wdtype, device):
+    """A call of one row writes dw as its row's g*x*rstd rounded once in FP32 (backward_row_kernel);
+    the pair form sums the same product in FP64. Their bits agree where the two roundings could
+    part: signed zeros (a -0.0 product is +0.0 in both), products that underflow to zero or to FP32
+    subnormals, huge products, infinities in g (NaN in the sums), a NaN in g."""
+    x, _, w, g, _ = make(1, hidden, wdtype, False, device, seed=hidden)
+    tiny = [1e-20, -1e-21, 3e-22, -2e-23, 1e-24, 5e-20, -4e-21, 2e-19, -1e-20]
+    g_special = [0.0, -0.0, 1e-30, -1e-30, 3e-20, -2e-25, 1e30, -1e36, float("inf")]
+    if hidden == 1000:
+        g_special[0] = float("nan")
+    x_special = [-0.0, 0.0, -1e-30, 1e-22, -5e-24, 1e-25, 2e-21, -1e-19, 7e-23]
+
+    def bf16(v):
+        return torch.tensor(v, device=device).to(torch.bfloat16)
+
+    k = len(tiny)
+    g[0, :k] = bf16(g_special)
+    g[0, k:2 * k] = bf16(g_special).neg()
+    x[0, 2 * k:3 * k] = bf16(x_special)
+    g[0, 3 * k:4 * k] = bf16(tiny)
+    x[0, 3 * k:4 * k] = bf16(x_special).flip(0)
+    _, rstd = crd.forward(x, w, EPS)
+    with crd.force_form("pair"):
+        base = run_backward(g, x, w, rstd, None)
+    out = run_backward(g, x, w, rstd, None)  # the routed fused form: one row, backward_row_kernel
+    assert "backward_row_kernel" in str(crd.explain_route("bwd", hidden, 1))
+    assert bits_equal(out[1], base[1]), "dw of one row differs from the pair form's"
+    assert bits_equal(out[0], base[0]), "dx of one row differs from the pair form's"
+
+
 @pytest.mark.parametrize("hidden", QUALIFIED + (1000,))
 @pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
 def test_engines_agree(hidden, variant, device):

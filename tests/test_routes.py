@@ -207,8 +207,10 @@ def test_routes_cli_all_table():
 
 _MIRROR = r"""
 #include <cstdio>
+#include "cake/backward_fused.cuh"
 #include "cake/layout.cuh"
 int main() {
+  std::printf("%d %d\n", cake::kOneRowMaxHidden, cake::kTileCols);
   const int hs[] = {8, 16, 24, 200, 256, 264, 512, 1000, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192, 16376, 16384};
   for (int h : hs) {
     auto b = cake::row_layout(h);
@@ -228,7 +230,9 @@ def test_python_layout_mirrors_the_header(tmp_path):
     subprocess.run([str(find_nvcc()), "-std=c++17", f"-I{include_dir()}", str(src), "-o", str(exe)],
                    check=True, capture_output=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-    for line in out.strip().splitlines():
+    first, *lines = out.strip().splitlines()
+    assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS)
+    for line in lines:
         h, bt, bv, ft, fv, rpc = map(int, line.split())
         assert layout.row_layout(h) == (bt, bv), h
         assert layout.fwd_row_layout(h) == (ft, fv), h

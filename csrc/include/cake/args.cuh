@@ -8,16 +8,22 @@
 
 namespace cake {
 
+// Field order is latency: a kernel reads its parameters through the constant cache, and at few rows
+// every 64-byte line of them it touches is a miss on the launch's critical path (the parameters
+// start 16 bytes into a line, at c[0][0x210] on sm_90a). So the fields that address a row's first
+// loads come first, within one line; the outputs and eps in the next; host-only fields last.
 struct ForwardArgs {
   const __nv_bfloat16* x;
-  const __nv_bfloat16* residual;  // null when the plain form runs
   const void* w;                  // BF16 or FP32 [H]
+  RowView xv;
+  int64_t rows;                   // --- the first line: the row addresses and loads (48 bytes)
   __nv_bfloat16* y;               // [rows, H] contiguous
-  __nv_bfloat16* h_out;           // [rows, H] contiguous, residual form only
   float* rstd;                    // [rows]
-  int64_t rows, hidden;
-  RowView xv, rv;
   double eps;
+  int64_t hidden;                 // --- the second line ends inside rv
+  const __nv_bfloat16* residual;  // null when the plain form runs
+  __nv_bfloat16* h_out;           // [rows, H] contiguous, residual form only
+  RowView rv;
   bool weight_fp32;
   int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
   int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
@@ -42,18 +48,24 @@ enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 // row CTAs (dx) beside column-tile CTAs (dw from g, x and rstd).
 enum BackwardForm : int { kPair = 0, kSingle = 1, kFused = 2 };
 
+// The same order rule as ForwardArgs: what the first loads need, then the outputs (two lines
+// between them: the one-row and fused kernels read nothing past them), then the chunked forms'
+// partition and workspace, then host-only fields.
 struct BackwardArgs {
   const __nv_bfloat16* g;
   const __nv_bfloat16* x;
   const void* w;                   // BF16 or FP32 [H]
   const float* rstd;               // [rows]
-  const __nv_bfloat16* g_residual; // null when absent
+  int64_t rows;
+  RowView gv, xv;                  // (the first line ends inside gv)
   __nv_bfloat16* dx;               // [rows, H] contiguous
   float* dw;                       // [H]
+  int64_t hidden;                  // --- the second line ends here, at 112 bytes
+  int64_t chunk_rows, chunks;
   double* partials;                // workspace: [chunks, H]
   unsigned* counter;               // workspace: arrival ticket, zero between calls
-  int64_t rows, hidden, chunk_rows, chunks;
-  RowView gv, xv, grv;
+  const __nv_bfloat16* g_residual; // null when absent
+  RowView grv;
   bool weight_fp32;
   int form;
   int engine;                      // kDirect or kRing

@@ -5,6 +5,8 @@
 //   levels in the reduce kernel's order, so dw has the pair form's bits without partials in memory.
 // - Row CTAs compute dx alone, in straight-line code: no chunk loop, no next-row loads, no FP64
 //   accumulators.
+// - One row (T = 1) of up to 1536 columns runs neither: one CTA of the row's threads writes dx and
+//   dw (backward_row_kernel).
 // Few rows are latency, not bandwidth: the pair form's second launch and its partials' round trip
 // through L2 are what this form removes.
 #pragma once
@@ -104,9 +106,54 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
   __syncthreads();
 }
 
-// dx of the rows of row CTA `cta` (G.rpc row groups, a row each).
-template <int HC, typename WT, bool RES, class Geom>
-__device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
+// dw of a one-row call from its row's slices: g*x*rstd rounded once. The tiles form that product
+// exactly in FP64 and round it once; g*x of two BF16 values is exact in FP32 and its product with
+// rstd is correctly rounded by one FP32 fma, so that is the same value (+ 0.0 turns a -0.0
+// product into the +0.0 that the FP64 sum, starting from +0.0, returns). Where g*x or rstd is not
+// finite the tiles' compensated sums make NaN of an infinity: those elements take the tiles' own
+// FP64 steps, for the same bits.
+__device__ __forceinline__ float one_row_dw(float g, float x, float r) {
+  const float gx = g * x;
+  if (isfinite(gx) && isfinite(r)) return __fmaf_rn(gx, r, 0.0f);
+  Compensated s;
+  s.add(dw_term(g, x, double(r), 0.0));
+  DwFinal f;
+  f.add(s);
+  return f.value();
+}
+
+// A warp's lanes hold 32 adjacent slices (256 columns) of each k: staged through `stage` (256
+// floats of the warp's own) so that each store writes 128 contiguous bytes. A lane's own 8-column
+// stores would each touch 32 sectors, and one SM's stream of partial-sector writes, not the
+// arithmetic, set the time of a wide row ([1,4096] 4.40 us against 2.21 for the tiles' form).
+template <int VMAX, class Geom>
+__device__ __forceinline__ void store_row_dw(const Geom& G, float* dw, const Pack8 (&g)[VMAX],
+                                             const Pack8 (&x)[VMAX], float r, float* stage) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < VMAX; ++k) {
+    if (k >= G.vpt) break;
+    if (G.owns(k)) {
+      float gf[kVec], xf[kVec];
+      unpack(g[k], gf);
+      unpack(x[k], xf);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) stage[lane * kVec + e] = one_row_dw(gf[e], xf[e], r);
+    }
+    __syncwarp();
+    const int64_t base = G.col(k) - int64_t(lane) * kVec;  // lane 0's column
+#pragma unroll
+    for (int i = lane; i < 32 * kVec; i += 32)
+      if (base + i < G.hidden) dw[base + i] = stage[i];
+    __syncwarp();
+  }
+}
+
+// dx of the rows of row CTA `cta` (G.rpc row groups, a row each); ROW_DW: the call's one row,
+// whose dw the row's threads write too, through `stage` (backward_row_kernel).
+template <int HC, typename WT, bool RES, bool ROW_DW = false, class Geom>
+__device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots,
+                                              float* stage = nullptr) {
   constexpr int VMAX = Geom::template vmax<HC>();
   constexpr int N = BackwardSources<RES>::N;
   constexpr bool kWRegs = HC > 0;
@@ -124,6 +171,7 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
   if (!live) return;
   double unused[VMAX][kVec];  // no dw here: the tiles sum it
   slice_dx_dw<kWRegs, RES, false>(G, a, row, d.v[0], d.v[1], d.v[N - 1], r, dot, w, wp, unused);
+  if constexpr (ROW_DW) store_row_dw(G, a.dw, d.v[0], d.v[1], r, stage + (threadIdx.x >> 5) * 32 * kVec);
 }
 
 // Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
@@ -171,9 +219,31 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   return cudaGetLastError();
 }
 
+// One row of a width up to kOneRowMaxHidden: a single CTA of the row's threads writes dx and dw,
+// with no tiles beside it. Against the fused launch at T = 1 (H200, bench/variants.py, this tree
+// against the one before it): [1,256] 2.10 -> 1.87 us, [1,512] 1.86 -> 1.79, [1,1536] 2.05 -> 2.02,
+// but [1,2048] 2.06 -> 2.11 and [1,4096] 2.21 -> 2.64: past 1536 columns one SM's loads and stores
+// take longer than the tiles' spread over many (docs/bench/2026-12-03-h200-r17-one-row.json).
+constexpr int kOneRowMaxHidden = 1536;
+
+template <int HC, typename WT, bool RES>
+__global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_row_kernel(const BackwardArgs a) {
+  using Geom = RowGeom<false>;
+  Geom G = Geom::make<HC>(a.hidden);
+  G.rpc = 1;
+  constexpr int kWarps = (HC > 0 ? row_layout(HC).threads : kMaxRowThreads) / 32;
+  __shared__ float slots[kMaxCtaThreads / 32];
+  __shared__ float stage[kWarps * 32 * kVec];  // each warp's 256 dw columns (store_row_dw)
+  fused_dx_rows<HC, WT, RES, true>(a, G, 0, slots, stage);
+}
+
 template <int HC, typename WT, bool RES>
 cudaError_t launch_backward_fused(const BackwardArgs& a) {
   if (a.chunk_rows != 1 || a.chunks != a.rows) return cudaErrorInvalidValue;
+  if (a.rows == 1 && a.hidden <= kOneRowMaxHidden) {
+    backward_row_kernel<HC, WT, RES><<<1, row_layout(static_cast<int>(a.hidden)).threads, 0, a.stream>>>(a);
+    return cudaGetLastError();
+  }
   constexpr int kShallow = tile_depth(HC, false), kDeep = tile_depth(HC, true);
   if constexpr (kDeep != kShallow) {
     if (tile_deep<HC>(a.rows)) return launch_backward_fused_depth<HC, WT, RES, kDeep>(a);
