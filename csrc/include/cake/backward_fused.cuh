@@ -240,9 +240,11 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_row_kernel(co
 template <int HC, typename WT, bool RES>
 cudaError_t launch_backward_fused(const BackwardArgs& a) {
   if (a.chunk_rows != 1 || a.chunks != a.rows) return cudaErrorInvalidValue;
-  if (a.rows == 1 && a.hidden <= kOneRowMaxHidden) {
-    backward_row_kernel<HC, WT, RES><<<1, row_layout(static_cast<int>(a.hidden)).threads, 0, a.stream>>>(a);
-    return cudaGetLastError();
+  if constexpr (HC <= kOneRowMaxHidden) {  // wider programs never build the one-row kernel
+    if (a.rows == 1 && a.hidden <= kOneRowMaxHidden) {
+      backward_row_kernel<HC, WT, RES><<<1, row_layout(static_cast<int>(a.hidden)).threads, 0, a.stream>>>(a);
+      return cudaGetLastError();
+    }
   }
   constexpr int kShallow = tile_depth(HC, false), kDeep = tile_depth(HC, true);
   if constexpr (kDeep != kShallow) {
