@@ -37,35 +37,23 @@ MODES = {"empty": -1, "copy": 0, "f32": 1, "f64": 2, "f64-args3lines": 4, "f64-a
 def build(out: Path) -> ctypes.CDLL:
     so = out / "floor_kernels.so"
     subprocess.run([str(programs.find_nvcc()), "-arch=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
-                    *programs.NVCC_FLAGS, "-diag-suppress", "128", "-o", str(so),
+                    *programs.NVCC_FLAGS, f"-I{programs.include_dir()}", "-o", str(so),
                     str(ROOT / "bench" / "floor_kernels.cu")], check=True)
     return ctypes.CDLL(str(so))
 
 
-def per_position(fn, flush: torch.Tensor, n: int = 30) -> list[float]:
-    """Median duration of each kernel position within a call, the trace split at the flush."""
-    from torch.profiler import ProfilerActivity, profile
+def launch(lib: ctypes.CDLL, mode: int, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rstd: torch.Tensor) -> None:
+    """One micro kernel on the default stream; a launch error raises."""
+    rows, hidden = x.shape
+    rc = lib.launch(mode, ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(w.data_ptr()), ctypes.c_void_p(y.data_ptr()),
+                    ctypes.c_void_p(rstd.data_ptr()), rows, hidden)
+    if rc != 0:
+        raise RuntimeError(f"floor kernel mode {mode} at [{rows},{hidden}]: launch failed ({rc})")
 
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            flush.bitwise_not_()
-            fn()
-        torch.cuda.synchronize()
-    evs = sorted((e.time_range.start, e.time_range.elapsed_us(), e.name) for e in prof.events()
-                 if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy"))
-    calls: list[list[float]] = []
-    cur = None
-    for _, dur, name in evs:
-        if bench.FLUSH_NAME in name:
-            if cur is not None:
-                calls.append(cur)
-            cur = []
-        elif cur is not None:
-            cur.append(dur)
-    calls.append(cur)
+
+def per_position(fn, timer: bench.Timer) -> list[float]:
+    """Median duration of each kernel position within a call (the calls' common prefix)."""
+    calls = timer.kernel_times(fn)
     k = min(len(c) for c in calls)
     return [round(statistics.median(c[i] for c in calls), 3) for i in range(k)]
 
@@ -80,8 +68,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     lib = build(out.parent)
     dev = torch.device("cuda")
-    cold = torch.empty(512 * 2**20, dtype=torch.int8, device=dev)
-    warm = torch.empty(1024, dtype=torch.int8, device=dev)
+    cold, warm = bench.Timer(dev), bench.Timer(dev, flush_bytes=1024)
     rows = []
     for shape in a.shapes.split(","):
         t, h = (int(v) for v in shape.split("x"))
@@ -92,10 +79,7 @@ def main(argv=None) -> int:
             sets.append((x, w, torch.randn_like(x), torch.empty_like(x), torch.empty(t, device=dev)))
         calls = {}
         for name, mode in MODES.items():
-            calls["fwd " + name] = tuple(
-                (lambda m=mode, s=s: lib.launch(m, ctypes.c_void_p(s[0].data_ptr()), ctypes.c_void_p(s[1].data_ptr()),
-                                                ctypes.c_void_p(s[3].data_ptr()), ctypes.c_void_p(s[4].data_ptr()), t, h))
-                for s in sets)
+            calls["fwd " + name] = tuple((lambda m=mode, s=s: launch(lib, m, s[0], s[1], s[3], s[4])) for s in sets)
         for p in a.passes.split(","):
             peers = [bench.contenders(p, s[0], s[1], s[2], 1e-6, None, True) for s in sets]
             for name in ("cake", "compile", "liger", "F.rms_norm"):

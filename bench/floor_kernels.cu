@@ -4,65 +4,53 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
-struct alignas(16) P8 { uint32_t u[4]; };
-__device__ __forceinline__ P8 ldn(const void* p) {
-  P8 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.u[0]), "=r"(v.u[1]), "=r"(v.u[2]), "=r"(v.u[3]) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void st(void* p, const P8& v) {
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.u[0]), "r"(v.u[1]), "r"(v.u[2]), "r"(v.u[3]) : "memory");
-}
-__device__ __forceinline__ float lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-__device__ __forceinline__ P8 pk(const float (&f)[8]) {
-  P8 v;
-  for (int i = 0; i < 4; ++i) { __nv_bfloat162 h = __floats2bfloat162_rn(f[2*i], f[2*i+1]); v.u[i] = *reinterpret_cast<uint32_t*>(&h); }
-  return v;
-}
+#include "cake/reduce.cuh"
+#include "cake/vec.cuh"
+
+using cake::hi_bf16;
+using cake::lo_bf16;
 
 __global__ void k_empty(int) {}
 
-// MODE 0: copy x -> y. 1: FP32 sums, rsqrtf. 2: FP64 sums, FP64 rsqrt (the package's math).
-// 3: FP64 sums, FP32 rsqrt of the FP64 mean.
+// MODE 0: copy x -> y. 1: FP32 sums, rsqrtf. 2: FP64 sums and rsqrt (the package's row math:
+// pack_squares, the butterfly, the warp sums in warp order).
 template <int MODE>
 __device__ __forceinline__ void k_row_body(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, float* rstd,
-                      int hidden, double eps) {
+                                           int hidden, double eps) {
   __shared__ double sd[32];
   __shared__ float sf[32];
   const int64_t row = blockIdx.x;
   const int c = threadIdx.x * 8;
   const bool live = c < hidden;
-  P8 xv{}, wv{};
-  if (live) { xv = ldn(x + row * hidden + c); wv = *reinterpret_cast<const P8*>(w + c); }
-  const int warps = blockDim.x / 32, wid = threadIdx.x / 32, lane = threadIdx.x % 32;
+  cake::Pack8 xv{}, wv{};
+  if (live) {
+    xv = cake::load_stream(x + row * hidden + c);
+    wv = *reinterpret_cast<const cake::Pack8*>(w + c);
+  }
+  const int warps = blockDim.x / 32;
   float r = 1.f;
   if constexpr (MODE == 1) {
     float s0 = 0.f, s1 = 0.f;
-    for (int i = 0; i < 4; ++i) { float a = lo(xv.u[i]), b = hi(xv.u[i]); s0 += a * a; s1 += b * b; }
-    float s = s0 + s1;
-    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
-    if (warps > 1) { if (lane == 0) sf[wid] = s; __syncthreads(); s = 0.f; for (int i = 0; i < warps; ++i) s += sf[i]; }
-    r = rsqrtf(s / hidden + float(eps));
-  } else if constexpr (MODE == 2 || MODE == 3) {
-    double s0 = 0, s1 = 0;
-    for (int i = 0; i < 4; ++i) { float a = lo(xv.u[i]), b = hi(xv.u[i]); s0 += double(a * a); s1 += double(b * b); }
-    double s = s0 + s1;
-    for (int o = 1; o < 32; o <<= 1) s += __shfl_xor_sync(~0u, s, o);
-    if (warps > 1) { if (lane == 0) sd[wid] = s; __syncthreads(); s = sd[0]; for (int i = 1; i < warps; ++i) s += sd[i]; }
-    if constexpr (MODE == 2) r = float(rsqrt(fma(s, 1.0 / hidden, eps)));
-    else r = rsqrtf(float(fma(s, 1.0 / hidden, eps)));
+    for (int i = 0; i < 4; ++i) {
+      const float a = lo_bf16(xv.u[i]), b = hi_bf16(xv.u[i]);
+      s0 += a * a;
+      s1 += b * b;
+    }
+    r = rsqrtf(cake::row_allsum(s0 + s1, warps, sf) / hidden + float(eps));
+  } else if constexpr (MODE == 2) {
+    r = float(rsqrt(fma(cake::row_allsum(cake::pack_squares(xv), warps, sd), 1.0 / hidden, eps)));
   }
   if (!live) return;
   if (MODE > 0 && threadIdx.x == 0) rstd[row] = r;
-  if constexpr (MODE == 0) { st(y + row * hidden + c, xv); return; }
-  float o[8];
-  for (int i = 0; i < 4; ++i) {
-    o[2*i] = lo(xv.u[i]) * r * lo(wv.u[i]);
-    o[2*i+1] = hi(xv.u[i]) * r * hi(wv.u[i]);
+  if constexpr (MODE == 0) {
+    cake::store_pack(y + row * hidden + c, xv);
+    return;
   }
-  st(y + row * hidden + c, pk(o));
+  float xf[8], wf[8], o[8];
+  cake::unpack(xv, xf);
+  cake::unpack(wv, wf);
+  for (int e = 0; e < 8; ++e) o[e] = xf[e] * r * wf[e];
+  cake::store_pack(y + row * hidden + c, cake::pack(o));
 }
 
 // The same math as MODE 2 with its arguments in one 160-byte struct (as the package passes them).
@@ -106,14 +94,10 @@ __global__ void __launch_bounds__(512) k_loop(const __nv_bfloat16* x, const __nv
     const int c = r * 2048 + threadIdx.x * 4;
     if (c < hidden) {
       P4 v = ld4<HINT>(xr + c, true);
-      for (int i = 0; i < 2; ++i) { float a = lo(v.u[i]), b = hi(v.u[i]); acc += double(a * a); acc += double(b * b); }
+      for (int i = 0; i < 2; ++i) { float a = lo_bf16(v.u[i]), b = hi_bf16(v.u[i]); acc += double(a * a); acc += double(b * b); }
     }
   }
-  for (int o = 1; o < 32; o <<= 1) acc += __shfl_xor_sync(~0u, acc, o);
-  if ((threadIdx.x & 31) == 0) sd[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  double s = sd[0];
-  for (int i = 1; i < 16; ++i) s += sd[i];
+  const double s = cake::row_allsum(acc, 16, sd);
   const float rr = float(rsqrt(fma(s, 1.0 / hidden, eps)));
   if (threadIdx.x == 0) rstd[row] = rr;
   for (int r = 0; r < ROUNDS; ++r) {
@@ -121,7 +105,8 @@ __global__ void __launch_bounds__(512) k_loop(const __nv_bfloat16* x, const __nv
     if (c < hidden) {
       P4 v = ld4<HINT>(xr + c, false);
       P4 ww = *reinterpret_cast<const P4*>(w + c);
-      float o[4] = {lo(v.u[0]) * rr * lo(ww.u[0]), hi(v.u[0]) * rr * hi(ww.u[0]), lo(v.u[1]) * rr * lo(ww.u[1]), hi(v.u[1]) * rr * hi(ww.u[1])};
+      float o[4] = {lo_bf16(v.u[0]) * rr * lo_bf16(ww.u[0]), hi_bf16(v.u[0]) * rr * hi_bf16(ww.u[0]),
+                    lo_bf16(v.u[1]) * rr * lo_bf16(ww.u[1]), hi_bf16(v.u[1]) * rr * hi_bf16(ww.u[1])};
       __nv_bfloat162 h0 = __floats2bfloat162_rn(o[0], o[1]), h1 = __floats2bfloat162_rn(o[2], o[3]);
       P4 out; out.u[0] = *reinterpret_cast<uint32_t*>(&h0); out.u[1] = *reinterpret_cast<uint32_t*>(&h1);
       *reinterpret_cast<P4*>(y + row * hidden + c) = out;
@@ -140,7 +125,7 @@ int launch_loop(const __nv_bfloat16* X, const __nv_bfloat16* W, __nv_bfloat16* Y
   return 0;
 }
 
-// mode: -1 empty, 0 copy, 1 f32, 2 f64, 3 f64 with an FP32 rsqrt, 4 f64 with 160-byte arguments
+// mode: -1 empty, 0 copy, 1 f32, 2 f64, 4 f64 with 160-byte arguments
 // read across three constant-cache lines, 5 the same arguments read from one, 6 / 7 k_loop
 // without / with L2 eviction hints.
 extern "C" int launch(int mode, const void* x, const void* w, void* y, float* rstd, int rows, int hidden) {
@@ -152,7 +137,6 @@ extern "C" int launch(int mode, const void* x, const void* w, void* y, float* rs
     case 0: k_row<0><<<rows, threads>>>(X, W, Y, rstd, hidden, 1e-6); break;
     case 1: k_row<1><<<rows, threads>>>(X, W, Y, rstd, hidden, 1e-6); break;
     case 2: k_row<2><<<rows, threads>>>(X, W, Y, rstd, hidden, 1e-6); break;
-    case 3: k_row<3><<<rows, threads>>>(X, W, Y, rstd, hidden, 1e-6); break;
     case 4: { Big b{}; b.x = X; b.w = W; b.y = Y; b.rstd = rstd; b.rows = rows; b.hidden = hidden; b.eps = 1e-6;
               k_big<<<rows, threads>>>(b); break; }
     case 5: { BigFirst b{}; b.x = X; b.w = W; b.y = Y; b.rstd = rstd; b.rows = rows; b.hidden = hidden; b.eps = 1e-6;

@@ -55,10 +55,13 @@ def make_input(shape: dict, device) -> torch.Tensor:
 class Timer:
     """Kernel-active time per call from the profiler, with a cold L2 before every call."""
 
-    def __init__(self, device):
-        self.flush_buf = torch.empty(512 * 2**20, dtype=torch.int8, device=device)
+    def __init__(self, device, flush_bytes: int = 512 * 2**20):
+        """flush_bytes: the buffer bitwise_not_ rewrites before every call (512 MB evicts L2; a tiny
+        one keeps it warm and only marks where calls start)."""
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.int8, device=device)
 
-    def __call__(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> float:
+    def kernel_times(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> list[list[float]]:
+        """The durations (us) of the kernels and memsets each of n calls launched, in launch order."""
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -74,20 +77,23 @@ class Timer:
             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy"):
                 evs.append((e.time_range.start, e.time_range.elapsed_us(), e.name))
         evs.sort()
-        calls: list[float] = []
-        cur: Optional[float] = None
+        calls: list[list[float]] = []
+        cur: Optional[list[float]] = None
         for _, dur, name in evs:
             if FLUSH_NAME in name:
                 if cur is not None:
                     calls.append(cur)
-                cur = 0.0
+                cur = []
             elif cur is not None:
-                cur += dur
+                cur.append(dur)
         if cur is not None:
             calls.append(cur)
         if len(calls) != n:
             raise RuntimeError(f"profiler split gave {len(calls)} calls, expected {n}")
-        return statistics.median(calls)
+        return calls
+
+    def __call__(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> float:
+        return statistics.median(sum(c) for c in self.kernel_times(fn, n, warmup))
 
 
 def copy_ceiling(device) -> float:
