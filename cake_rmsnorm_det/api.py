@@ -410,11 +410,16 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     gs, xs, rs = _split(gv, d1), _split(xv, d1), _split(rv, d1)
     w = _aligned(weight)
     form = r.window.form
+    if form == "fused" and d1 > 1:
+        form = "pair"  # the fused form reads one-level views only; the pair form's bits are the same
     if _knobs.form is not None:
         form = _knobs.form
         if form == "fused" and r.chunk_rows != 1:
             raise ValueError(f"the fused form needs one-row chunks; {rows} rows of H = {hidden} have chunks of "
                              f"{r.chunk_rows} rows (at most {cake_jit.one_row_chunks(hidden)} rows)")
+        if form == "fused" and d1 > 1:
+            raise ValueError(f"the fused form reads one-level row views; these rows are a two-level view "
+                             f"(groups of {d1} rows): use the pair form")
     ws = workspace if workspace is not None else _default_workspace(need, x.device)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):

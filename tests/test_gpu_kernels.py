@@ -84,6 +84,33 @@ def test_views_read_in_place(device):
             assert dx.shape == x.shape and dx.is_contiguous()
 
 
+def test_two_level_views(device):
+    """A [T,24,256] slice of a [T,32,512] buffer does not collapse to one row stride: it is read in
+    place as a two-level view, backward by the pair form (the fused form reads one-level views), and
+    a capped forward splits its launches on whole groups of 24 rows. Into poisoned outputs, every
+    output has the contiguous copy's bits, with and without the residual."""
+    from cake_rmsnorm_det import api
+
+    w = torch.rand(256, device=device) + 0.5
+    for T in (1, 5, 40):  # 24 rows (one-row chunks, the fused window), 120, 960
+        x = torch.randn(T, 32, 512, device=device).to(torch.bfloat16)[:, :24, :256]
+        r = torch.randn(T, 32, 512, device=device).to(torch.bfloat16)[:, :24, :256]
+        g = torch.randn(T, 32, 512, device=device).to(torch.bfloat16)[:, :24, :256]
+        assert api._rows_view(x).d1 == 24
+        y2, h2, rstd2 = run_forward(x.contiguous(), w, EPS, r.contiguous())
+        dx2, dw2 = run_backward(g.contiguous(), h2, w, rstd2, g.contiguous())
+        for cap in (0, 1, 3):
+            with crd.cap_ctas(cap) if cap else contextlib.nullcontext():
+                y, h, rstd = run_forward(x, w, EPS, r)
+                dx, dw = run_backward(g, h, w, rstd, g)
+            assert bits_equal(y, y2) and bits_equal(h, h2) and bits_equal(rstd, rstd2), (T, cap)
+            assert bits_equal(dx, dx2) and bits_equal(dw, dw2), (T, cap)
+        if T == 1:
+            _, rstd = run_forward(x, w, EPS)
+            with crd.force_form("fused"), pytest.raises(ValueError, match="one-level"):
+                crd.backward(g, x, w, rstd)
+
+
 def test_misaligned_views_are_materialized(device):
     base = torch.randn(64, 1032, device=device).to(torch.bfloat16)
     x = base[:, 1:1025]                       # base offset of one element: not 16-byte aligned

@@ -57,8 +57,8 @@ struct TileRow {
   float rstd;
   __device__ __forceinline__ static TileRow load(const BackwardArgs& a, int64_t row, int64_t col) {
     TileRow t;
-    t.g = load_pair(a.g + a.gv.offset(row) + col);
-    t.x = load_pair(a.x + a.xv.offset(row) + col);
+    t.g = load_pair(a.g + a.gv.flat_offset(row) + col);
+    t.x = load_pair(a.x + a.xv.flat_offset(row) + col);
     t.rstd = __ldg(a.rstd + row);
     return t;
   }
@@ -164,7 +164,7 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
   WeightSlice<WT> w[Geom::template wregs<HC>()];
   G.template load_weights<kWRegs>(wp, w);
   RowData<VMAX, N> d;
-  d.load(G, in.src, in.views, row, live);
+  d.template load<true>(G, in.src, in.views, row, live);
   const float r = live ? a.rstd[row] : 0.f;
   float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
   dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);
@@ -237,9 +237,12 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_row_kernel(co
   fused_dx_rows<HC, WT, RES, true>(a, G, 0, slots, stage);
 }
 
+// The fused form: one-row chunks of one-level views (api.backward sends two-level views to the
+// pair form).
 template <int HC, typename WT, bool RES>
 cudaError_t launch_backward_fused(const BackwardArgs& a) {
   if (a.chunk_rows != 1 || a.chunks != a.rows) return cudaErrorInvalidValue;
+  if (!a.gv.flat() || !a.xv.flat() || (RES && !a.grv.flat())) return cudaErrorInvalidValue;
   if constexpr (HC <= kOneRowMaxHidden) {  // wider programs never build the one-row kernel
     if (a.rows == 1 && a.hidden <= kOneRowMaxHidden) {
       backward_row_kernel<HC, WT, RES><<<1, row_layout(static_cast<int>(a.hidden)).threads, 0, a.stream>>>(a);

@@ -15,8 +15,11 @@ namespace cake {
 
 // HC: compile-time width (0 = read from args). A CTA holds up to RPC rows side by side (the
 // launch picks how many: blockDim.x / row threads), each thread up to four 16-byte slices of its
-// row, all loaded before the first use. The grid covers the rows once (CTAs retire and the
-// hardware backfills); with a CTA cap it strides.
+// row, all loaded before the first use. One pass: each CTA takes its rows once and exits (the
+// hardware backfills), with no grid-stride loop: the loop, though it ran once, cost the few-row
+// calls up to a fifth of their time ([1,1536] 2.16 -> 1.76 us, [256,6144] 4.74 -> 3.98; H200,
+// bench/variants.py, docs/performance.md). A grid larger than one launch takes, or capped (tests),
+// is split into successive launches over whole row groups (launch_forward_rows).
 // WREGS: weight slices loaded into registers before the first row (they travel with the first
 // row's loads: the engine of few rows), else re-read from L1 after each row's reduction (fewer
 // registers, more CTAs per SM: the engine of many rows at some widths).
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   constexpr int VMAX = WIDE ? 1 : Geom::vmax<HC>();  // slices per thread
   constexpr int N = RES ? 2 : 1;
   const WT* wp = static_cast<const WT*>(a.w);
-  __shared__ double slots[2][kCtaThreads / 32];
+  __shared__ double slots[kCtaThreads / 32];
   __shared__ double slices[WIDE ? kMaxCtaThreads : 1];  // wide rows: each thread's slice sum
   const __nv_bfloat16* src[N];
   RowView views[N];
@@ -62,11 +65,9 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   G.template load_weights<WREGS>(wp, w);
 
   const double inv_hidden = 1.0 / double(G.hidden);
-  int parity = 0;
-  const int64_t stride = int64_t(gridDim.x) * G.rpc;
-  // The loop count is the same for every thread of the CTA (barriers inside the reduction).
-  for (int64_t base = int64_t(blockIdx.x) * G.rpc; base < a.rows; base += stride) {
-    const int64_t row = base + G.group;
+  {
+    // Every thread of the CTA runs the reduction (its barriers); rows past the end only add zeros.
+    const int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
     const bool live = row < a.rows;
     RowData<VMAX, N> cur;
     cur.load(G, src, views, row, live);
@@ -97,14 +98,13 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
           if (live && G.owns(k)) ss += slices[threadIdx.x + k * G.threads];
       }
       ss = warp_allsum(ss);
-      if (G.k0 == 0) post_warp_sum(ss, &slots[parity][G.group * G.warps], G.warps);
+      if (G.k0 == 0) post_warp_sum(ss, &slots[G.group * G.warps], G.warps);
       __syncthreads();
-      ss = sum_warp_sums(&slots[parity][G.group * G.warps], G.warps);
+      ss = sum_warp_sums(&slots[G.group * G.warps], G.warps);
     } else {
-      ss = row_allsum(ss, G.warps, &slots[parity][G.group * G.warps]);
+      ss = row_allsum(ss, G.warps, &slots[G.group * G.warps]);
     }
-    parity ^= 1;
-    if (!live) continue;
+    if (!live) return;
     // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
     // of the FP64 formula's, without FP64 division and square root on every row's critical path.
     const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
@@ -145,6 +145,34 @@ bool wide_fits(const ForwardArgs& a) {
   return e == cudaSuccess && a.rows <= resident && a.rows <= int64_t(kWideRowsPerSm) * device_sms();
 }
 
+// `kernel` over a.rows rows, cta_rows per CTA of `threads`: one launch, or, past the largest grid
+// (2^31 - 1 CTAs) or a CTA cap (tests), successive launches over consecutive rows. Each launch
+// starts on a whole group of a two-level view (d1 rows of one d0 index), so that its rows'
+// addresses are the view's own shifted by whole d0 steps; a capped launch covers at least one
+// group. The rows are independent: no bit depends on the split.
+inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const ForwardArgs& a, int cta_rows,
+                                       int threads) {
+  int64_t cap = 0x7fffffff;
+  if (a.max_ctas > 0 && a.max_ctas < cap) cap = a.max_ctas;
+  const int64_t d1 = a.xv.d1;  // the residual's view shares it (the binding passes one d1)
+  int64_t per = cap * cta_rows;
+  if (d1 > 1) per = per >= d1 ? per / d1 * d1 : d1;
+  for (int64_t row0 = 0; row0 < a.rows; row0 += per) {
+    const int64_t n = a.rows - row0 < per ? a.rows - row0 : per, group0 = row0 / d1;
+    ForwardArgs b = a;
+    b.rows = n;
+    b.x = a.x + group0 * a.xv.s0;
+    if (a.residual) b.residual = a.residual + group0 * a.rv.s0;
+    b.y = a.y + row0 * a.hidden;
+    if (a.h_out) b.h_out = a.h_out + row0 * a.hidden;
+    b.rstd = a.rstd + row0;
+    kernel<<<static_cast<unsigned>((n + cta_rows - 1) / cta_rows), threads, 0, a.stream>>>(b);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
@@ -165,19 +193,11 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  int64_t blocks = (a.rows + cta_rows - 1) / cta_rows;
-  if (blocks > 0x7fffffff) blocks = 0x7fffffff;
-  if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
-  if (blocks < 1) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(cta_rows * span);
+  void (*kernel)(ForwardArgs) = forward_kernel<HC, WT, RES, WREGS, false>;
   if constexpr (has_wide<HC>() && WREGS) {
-    if (wide) {
-      forward_kernel<HC, WT, RES, true, true><<<grid, block, 0, a.stream>>>(a);
-      return cudaGetLastError();
-    }
+    if (wide) kernel = forward_kernel<HC, WT, RES, true, true>;
   }
-  forward_kernel<HC, WT, RES, WREGS, false><<<grid, block, 0, a.stream>>>(a);
-  return cudaGetLastError();
+  return launch_forward_rows(kernel, a, cta_rows, cta_rows * span);
 }
 
 template <int HC, bool WREGS>
