@@ -65,60 +65,58 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   G.template load_weights<WREGS>(wp, w);
 
   const double inv_hidden = 1.0 / double(G.hidden);
-  {
-    // Every thread of the CTA runs the reduction (its barriers); rows past the end only add zeros.
-    const int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
-    const bool live = row < a.rows;
-    RowData<VMAX, N> cur;
-    cur.load(G, src, views, row, live);
-    // The thread's slices' sums of squares, each a short chain of its own, added in slice order.
-    double ss = 0.0;
+  // Every thread of the CTA runs the reduction (its barriers); rows past the end only add zeros.
+  const int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
+  const bool live = row < a.rows;
+  RowData<VMAX, N> cur;
+  cur.load(G, src, views, row, live);
+  // The thread's slices' sums of squares, each a short chain of its own, added in slice order.
+  double ss = 0.0;
 #pragma unroll
-    for (int i = 0; i < VMAX; ++i) {
-      if (live && G.holds(i)) {
-        if constexpr (RES) {
-          float xf[kVec], rf[kVec];
-          unpack(cur.v[0][i], xf);
-          unpack(cur.v[N - 1][i], rf);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) xf[e] += rf[e];
-          cur.v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
-          store_pack(a.h_out + row * G.hidden + G.col_of(i), cur.v[0][i]);
-        }
-        ss += pack_squares(cur.v[0][i]);
-      }
-    }
-    if constexpr (WIDE) {
-      // Slice 0's thread adds the other slices' sums in slice order (each is 0.0 + its pack's
-      // sum, as in the narrow thread), then only the canonical threads' warps post.
-      slices[threadIdx.x] = ss;
-      __syncthreads();
-      if (G.k0 == 0) {
-        for (int k = 1; k < G.vpt; ++k)
-          if (live && G.owns(k)) ss += slices[threadIdx.x + k * G.threads];
-      }
-      ss = warp_allsum(ss);
-      if (G.k0 == 0) post_warp_sum(ss, &slots[G.group * G.warps], G.warps);
-      __syncthreads();
-      ss = sum_warp_sums(&slots[G.group * G.warps], G.warps);
-    } else {
-      ss = row_allsum(ss, G.warps, &slots[G.group * G.warps]);
-    }
-    if (!live) return;
-    // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
-    // of the FP64 formula's, without FP64 division and square root on every row's critical path.
-    const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
-    if (G.t == 0 && G.k0 == 0) a.rstd[row] = r;
-#pragma unroll
-    for (int i = 0; i < VMAX; ++i) {
-      if (G.holds(i)) {
-        float xf[kVec], wk[kVec], out[kVec];
+  for (int i = 0; i < VMAX; ++i) {
+    if (live && G.holds(i)) {
+      if constexpr (RES) {
+        float xf[kVec], rf[kVec];
         unpack(cur.v[0][i], xf);
-        G.template weight<WREGS>(w, wp, i, wk);
+        unpack(cur.v[N - 1][i], rf);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
-        store_pack(a.y + row * G.hidden + G.col_of(i), pack(out));
+        for (int e = 0; e < kVec; ++e) xf[e] += rf[e];
+        cur.v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
+        store_pack(a.h_out + row * G.hidden + G.col_of(i), cur.v[0][i]);
       }
+      ss += pack_squares(cur.v[0][i]);
+    }
+  }
+  if constexpr (WIDE) {
+    // Slice 0's thread adds the other slices' sums in slice order (each is 0.0 + its pack's
+    // sum, as in the narrow thread), then only the canonical threads' warps post.
+    slices[threadIdx.x] = ss;
+    __syncthreads();
+    if (G.k0 == 0) {
+      for (int k = 1; k < G.vpt; ++k)
+        if (live && G.owns(k)) ss += slices[threadIdx.x + k * G.threads];
+    }
+    ss = warp_allsum(ss);
+    if (G.k0 == 0) post_warp_sum(ss, &slots[G.group * G.warps], G.warps);
+    __syncthreads();
+    ss = sum_warp_sums(&slots[G.group * G.warps], G.warps);
+  } else {
+    ss = row_allsum(ss, G.warps, &slots[G.group * G.warps]);
+  }
+  if (!live) return;
+  // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
+  // of the FP64 formula's, without FP64 division and square root on every row's critical path.
+  const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
+  if (G.t == 0 && G.k0 == 0) a.rstd[row] = r;
+#pragma unroll
+  for (int i = 0; i < VMAX; ++i) {
+    if (G.holds(i)) {
+      float xf[kVec], wk[kVec], out[kVec];
+      unpack(cur.v[0][i], xf);
+      G.template weight<WREGS>(w, wp, i, wk);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out[e] = (xf[e] * r) * wk[e];
+      store_pack(a.y + row * G.hidden + G.col_of(i), pack(out));
     }
   }
 }
