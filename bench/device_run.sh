@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
-#                            [cakebench] [variants] [engines] [forms] [fwdlaunch] [partition] [ncu]
+#                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
@@ -69,10 +69,16 @@ if has cakebench; then
     --compare docs/bench/2026-12-03-h200-r16-quick-cake.json > "$LOG/cakebench.log" 2>&1
   grep -E "^pass shape|bf16 0 " "$LOG/cakebench.log" | head -70
 fi
-if has variants; then
-  OLD=""; for d in .variants/*/; do [[ -f $d/build.json ]] && OLD="$OLD --old ${d%/}"; done  # every carried tree
-  timeout "$(left)" python3 bench/variants.py $OLD $VARIANT_ARGS --out /tmp/variants 2>&1 | tee "$LOG/variants.log" | grep -v "^building"; cp /tmp/variants/variants.json "$LOG/" 2>/dev/null
-fi
+# variants_run NAME TREES ARGS: bench/variants.py over the carried trees matching TREES (a glob).
+variants_run() {
+  local OLD="" d
+  for d in $2; do [[ -f $d/build.json ]] && OLD="$OLD --old ${d%/}"; done
+  timeout "$(left)" python3 bench/variants.py $OLD $3 --out /tmp/$1 2>&1 | tee "$LOG/$1.log" | grep -v "^building"
+  cp /tmp/$1/variants.json "$LOG/$1.json" 2>/dev/null
+}
+# variants: every carried tree (or VARIANT_TREES); variants2: a second set (VARIANT_TREES2, VARIANT_ARGS2).
+if has variants; then variants_run variants "${VARIANT_TREES:-.variants/*/}" "$VARIANT_ARGS"; fi
+if has variants2; then variants_run variants2 "${VARIANT_TREES2:-.variants/*/}" "$VARIANT_ARGS2"; fi
 if has fwdlaunch; then
   timeout "$(left)" python3 bench/fwd_launch.py $FWDLAUNCH_ARGS --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
 fi
