@@ -175,26 +175,28 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 }
 
 // Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
-// rows each; grid-stride, so a capped grid finishes the same items with the same bits.
+// rows each. One item per CTA, item0 + blockIdx.x, with no grid-stride loop: the loop, though
+// its grid held every item, kept 72-108 registers live across items where one item takes 56-80,
+// and cost the few-row calls 5-10% ([1,4096] 2.18 -> 1.95 us, [16,2048] 2.59 -> 2.40, [256,5120]
+// 8.67 -> 8.16; H200, bench/variants.py, docs/bench/2026-12-03-h200-r19-fused-one-item.json). A
+// grid larger than one launch takes, or capped (tests), is split into successive launches over
+// consecutive items: the items are independent, so no bit depends on the split.
 // Bounds of a full CTA of the width: the fused grid stays within one wave at one CTA per SM, so
 // registers are not worth trading for occupancy here.
 template <int HC, typename WT, bool RES, int DEPTH>
-__global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_fused_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
+    backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
-  __shared__ float slots[2][kMaxCtaThreads / 32];
+  __shared__ float slots[kMaxCtaThreads / 32];
   extern __shared__ double2 tile_blocks[];
   const int64_t tiles = fused_tiles(a.hidden);
-  const int64_t items = tiles + (a.rows + G.rpc - 1) / G.rpc;
-  int parity = 0;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    if (item < tiles) {
-      fused_dw_tile<DEPTH>(a, item, tile_blocks);
-    } else {
-      fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots[parity]);
-      parity ^= 1;
-    }
+  const int64_t item = item0 + blockIdx.x;
+  if (item < tiles) {
+    fused_dw_tile<DEPTH>(a, item, tile_blocks);
+  } else {
+    fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots);
   }
 }
 
@@ -213,10 +215,16 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   cudaError_t e = cudaSuccess;
   resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
-  int64_t blocks = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
-  if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
-  return cudaGetLastError();
+  const int64_t items = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
+  int64_t per = 0x7fffffff;
+  if (a.max_ctas > 0 && a.max_ctas < per) per = a.max_ctas;
+  for (int64_t i0 = 0; i0 < items; i0 += per) {
+    const int64_t n = items - i0 < per ? items - i0 : per;
+    kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 // One row of a width up to kOneRowMaxHidden: a single CTA of the row's threads writes dx and dw,
