@@ -84,27 +84,27 @@ def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence
 
 # (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
 # --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
-# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). With tiles of 64 columns and
-# 8-row load rounds past 128 rows (backward_fused.cuh) bench/partition.py --fused timed it against
-# the pair form at T = 1 .. 512 (docs/bench/2026-12-03-h200-r16-fused-edges.json): on one-row
-# chunks at H 256 / 512 (their partition), on the DW_CHUNKS partition past DW_ONE_ROW_ROWS' old
-# reach elsewhere. A tie keeps the pair form.
+# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). Re-measured with the fused
+# kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
+# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on one-row chunks at
+# H 256 / 512 (their partition), on the DW_CHUNKS partition past DW_ONE_ROW_ROWS' old reach
+# elsewhere. A tie (within 2%) keeps the pair form.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _fused(256, 192, "pair/fused = 1.178 at T=128 (5.54 vs 4.70 us), 1.027 at T=192 (5.98 vs 5.82), "
-                            "0.967 at T=224 (6.13 vs 6.34)", False),
-    ("sm_90a", 512): _fused(512, 224, "pair/fused = 1.180 at T=128 (5.63 vs 4.77 us), 1.019 at T=224 (6.42 vs 6.30), "
-                            "0.873 at T=256 (5.98 vs 6.85)", False),
+    ("sm_90a", 256): _fused(256, 224, "pair/fused = 1.135 at T=224 (6.06 vs 5.34 us), 0.949 at T=240 (5.44 vs 5.73), "
+                            "0.954 at T=256 (5.44 vs 5.70)", False),
+    ("sm_90a", 512): _fused(512, 256, "pair/fused = 1.029 at T=240 (5.95 vs 5.78 us), 1.045 at T=256 (6.02 vs 5.76), "
+                            "0.911 at T=264 (6.32 vs 6.94)", False),
     # the one-row reach of DW_ONE_ROW_ROWS (pair: the DW_CHUNKS partition, bench/partition.py --fused)
-    ("sm_90a", 1536): _fused(1536, 160, "pair/fused = 1.150 at T=128 (6.59 vs 5.73 us), 1.049 at T=160 (7.10 vs 6.77), "
-                             "0.997 at T=192 (7.23 vs 7.25)", True),
-    ("sm_90a", 2048): _fused(2048, 288, "pair/fused = 1.289 at T=192 (7.84 vs 6.08 us), 1.122 at T=256 (8.19 vs 7.30), "
-                             "1.027 at T=288 (8.74 vs 8.51), 0.982 at T=320 (8.77 vs 8.93)", True),
-    ("sm_90a", 4096): _fused(4096, 384, "pair/fused = 1.204 at T=288 (10.91 vs 9.06 us), 1.125 at T=384 (11.81 vs "
-                             "10.50), 1.006 at T=448 (12.13 vs 12.06: a tie), 0.971 at T=512 (12.82 vs 13.20)", True),
-    ("sm_90a", 5120): _fused(5120, 448, "pair/fused = 1.004 at T=288 (10.82 vs 10.78 us), 1.052 at T=448 (14.88 vs "
-                             "14.14), 0.998 at T=512 (15.71 vs 15.74)", True),
-    ("sm_90a", 6144): _fused(6144, 384, "pair/fused = 1.044 at T=384 (16.00 us, -r15-partition-fused.json, vs 15.33), "
-                             "0.953 at T=448 (16.46 vs 17.28)", True),
+    ("sm_90a", 1536): _fused(1536, 256, "pair/fused = 1.169 at T=192 (7.26 vs 6.21 us), 1.093 at T=224 (7.26 vs 6.64), "
+                             "1.035 at T=256 (7.39 vs 7.14), 0.841 at T=288 (7.90 vs 9.39)", True),
+    ("sm_90a", 2048): _fused(2048, 384, "pair/fused = 1.131 at T=320 (8.83 vs 7.81 us), 1.061 at T=384 (9.28 vs 8.75), "
+                             "1.014 at T=416 (9.12 vs 8.99: a tie), 0.974 at T=448 (9.09 vs 9.33)", True),
+    ("sm_90a", 4096): _fused(4096, 640, "pair/fused = 1.217 at T=448 (12.19 vs 10.02 us), 1.054 at T=576 (13.38 vs "
+                             "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39)", True),
+    ("sm_90a", 5120): _fused(5120, 640, "pair/fused = 1.169 at T=512 (15.78 vs 13.50 us), 1.070 at T=576 (16.26 vs "
+                             "15.20), 1.033 at T=640 (16.86 vs 16.32), 0.987 at T=768 (17.98 vs 18.22)", True),
+    ("sm_90a", 6144): _fused(6144, 512, "pair/fused = 1.114 at T=416 (16.11 vs 14.46 us), 1.074 at T=512 (17.41 vs "
+                             "16.21), 0.971 at T=576 (17.89 vs 18.42)", True),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -134,13 +134,13 @@ DW_CHUNKS = {
 # Widths whose one-row chunks reach past 64 rows: H -> the last row count of one-row chunks (before
 # DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw straight from
 # g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the DW_CHUNKS
-# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r16-fused-edges.json,
-# MEASURED_FUSED_EDGES' evidence): [160,1536] 7.10 -> 6.77 us, [288,2048] 8.74 -> 8.51, [384,4096]
-# 11.81 -> 10.50, [448,5120] 14.88 -> 14.14; they tie or lose one measured row count further (a
-# tile's FP64 sums grow with the rows). H 6144 keeps 384 (0.953 at 448). Exact widths only (the
-# generic widths take the rule's reach below); the pair form on one-row chunks is slower there
-# ([256,4096] 13.84 us), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {1536: 160, 2048: 288, 4096: 384, 5120: 448, 6144: 384}
+# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r19-fused-reach.json,
+# MEASURED_FUSED_EDGES' evidence): [256,1536] 7.39 -> 7.14 us, [384,2048] 9.28 -> 8.75, [640,4096]
+# 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [512,6144] 17.41 -> 16.21; they lose one measured row
+# count further (a tile's FP64 sums grow with the rows). Exact widths only (the generic widths take
+# the rule's reach below); the pair form on one-row chunks is slower there ([512,4096] 21.55 us
+# against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
+DW_ONE_ROW_ROWS = {1536: 256, 2048: 384, 4096: 640, 5120: 640, 6144: 512}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.

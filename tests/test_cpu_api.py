@@ -40,7 +40,7 @@ def test_hidden_rule():
         api._check_hidden(h)
     with pytest.raises(ValueError, match="multiple of 8"):
         crd.workspace_bytes(10, 100)
-    # the most chunks of any row count up to 65536: the one-row reach (384 at H 4096) or 264
+    # the most chunks of any row count up to 65536: the one-row reach (DW_ONE_ROW_ROWS at H 4096) or 264
     most = max(264, cake_windows.DW_ONE_ROW_ROWS[4096])
     assert crd.workspace_bytes(65536, 4096) == 256 + most * 4096 * 8
     assert crd.workspace_bytes(65536, 3000) == 256 + 264 * 3000 * 8
