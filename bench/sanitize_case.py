@@ -1,6 +1,6 @@
 """One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
 direct/ring in the fused, single and pair forms, one row in one CTA; residual; a strided view; a
-generic width), for compute-sanitizer."""
+generic width; the fused form on a capped grid), for compute-sanitizer."""
 
 import torch
 
@@ -24,6 +24,12 @@ for hidden, rows in ((256, 1), (1536, 1), (1000, 1), (256, 4), (256, 8), (256, 2
         for form in ("pair", "single") + (("fused",) if cake_jit.dw_partition(rows, hidden)[0] == 1 else ()):
             with crd.force_form(form), crd.force_engine(be):
                 crd.backward(g, h, w, rstd, g)
+for hidden, rows, cap in ((512, 40, 3), (4096, 640, 5)):  # the fused form's successive launches of a capped grid
+    x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
+    w = torch.rand(hidden, device=dev) + 0.5
+    y, rstd = crd.forward(x, w, 1e-6)
+    with crd.force_form("fused"), crd.cap_ctas(cap):
+        crd.backward(torch.randn_like(x), x, w, rstd)
 for tokens in (2, 33):  # the query view in the fused form (48 rows) and above it
     buf = torch.randn(tokens, 24, 512, device=dev).to(torch.bfloat16)
     q = buf[:, :, :256]
