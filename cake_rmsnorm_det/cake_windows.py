@@ -88,7 +88,8 @@ def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence
 # kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
 # --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on one-row chunks at
 # H 256 / 512 (their partition), on the DW_CHUNKS partition past DW_ONE_ROW_ROWS' old reach
-# elsewhere. A tie (within 2%) keeps the pair form.
+# elsewhere; H 6144's with a tile's warps on two blocks at once (-r19-tile-blocks-partition.json).
+# A tie (within 2%) keeps the pair form.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", 256): _fused(256, 224, "pair/fused = 1.135 at T=224 (6.06 vs 5.34 us), 0.949 at T=240 (5.44 vs 5.73), "
                             "0.954 at T=256 (5.44 vs 5.70)", False),
@@ -103,8 +104,9 @@ MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
                              "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39)", True),
     ("sm_90a", 5120): _fused(5120, 640, "pair/fused = 1.169 at T=512 (15.78 vs 13.50 us), 1.070 at T=576 (16.26 vs "
                              "15.20), 1.033 at T=640 (16.86 vs 16.32), 0.987 at T=768 (17.98 vs 18.22)", True),
-    ("sm_90a", 6144): _fused(6144, 512, "pair/fused = 1.114 at T=416 (16.11 vs 14.46 us), 1.074 at T=512 (17.41 vs "
-                             "16.21), 0.971 at T=576 (17.89 vs 18.42)", True),
+    ("sm_90a", 6144): _fused(6144, 576, "pair/fused = 1.114 at T=416 (16.11 vs 14.46 us), 1.074 at T=512 (17.41 vs "
+                             "16.21), 1.034 at T=576 (17.86 vs 17.28, a tile's warps on two blocks at once), 0.908 "
+                             "at T=768 (19.81 vs 21.81)", True),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -136,11 +138,11 @@ DW_CHUNKS = {
 # g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the DW_CHUNKS
 # partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r19-fused-reach.json,
 # MEASURED_FUSED_EDGES' evidence): [256,1536] 7.39 -> 7.14 us, [384,2048] 9.28 -> 8.75, [640,4096]
-# 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [512,6144] 17.41 -> 16.21; they lose one measured row
+# 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [576,6144] 17.86 -> 17.28; they lose one measured row
 # count further (a tile's FP64 sums grow with the rows). Exact widths only (the generic widths take
 # the rule's reach below); the pair form on one-row chunks is slower there ([512,4096] 21.55 us
 # against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {1536: 256, 2048: 384, 4096: 640, 5120: 640, 6144: 512}
+DW_ONE_ROW_ROWS = {1536: 256, 2048: 384, 4096: 640, 5120: 640, 6144: 576}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.

@@ -64,40 +64,67 @@ struct TileRow {
   }
 };
 
+// A tile CTA's warps take the level-1 blocks round-robin: BPW blocks per warp where a full CTA of
+// the width has fewer warps than kMaxBlocks (16 at H 256 / 512 / 2048 / 4096, 12 at 1536, 20-24 at
+// 5120 / 6144), their rows' loads out together (BPW x DEPTH rows in flight per lane) so that the warp
+// waits for one round of loads, not BPW.
+__host__ __device__ constexpr int tile_blocks_per_warp(int hc) {
+  return hc == 0 ? 1 : (kMaxBlocks + bwd_cta_threads(hc) / 32 - 1) / (bwd_cta_threads(hc) / 32);
+}
+
 // dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
-// order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns; level 2 (the blocks in
-// block order) a column per thread. Every thread of the CTA calls it (one CTA barrier inside, and
-// one before the CTA's next tile reuses `blocks`).
-template <int DEPTH>
+// order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns, a warp's BPW
+// blocks side by side (each summed in its own row order: no bit depends on BPW); level 2 (the
+// blocks in block order) a column per thread. Every thread of the CTA calls it (one CTA barrier
+// inside, and one before the CTA's next tile reuses `blocks`).
+template <int DEPTH, int BPW>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = tile * kTileCols;
   const int64_t col = base + int64_t(lane) * kTileLaneCols;
   const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
   if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
-    for (int64_t b = warp; b < nb; b += warps) {
-      Compensated s[kTileLaneCols];
-      const int64_t r0 = b * len, r1 = r0 + len < a.rows ? r0 + len : a.rows;
-      // DEPTH rows' loads go out before their sums (a warp walks len rows per block)
-      for (int64_t r = r0; r < r1; r += DEPTH) {
-        TileRow t[DEPTH];
+    for (int64_t b0 = warp; b0 < nb; b0 += int64_t(warps) * BPW) {
+      Compensated s[BPW][kTileLaneCols];
+      int64_t r0[BPW], r1[BPW];
 #pragma unroll
-        for (int i = 0; i < DEPTH; ++i)
-          if (r + i < r1) t[i] = TileRow::load(a, r + i, col);
+      for (int j = 0; j < BPW; ++j) {
+        const int64_t b = b0 + int64_t(j) * warps;
+        r0[j] = b * len;
+        r1[j] = b >= nb ? r0[j] : (r0[j] + len < a.rows ? r0[j] + len : a.rows);  // past nb: no rows
+      }
+      // DEPTH rows of each block's loads go out before their sums (a warp walks len rows per block)
+      for (int64_t k = 0; k < len; k += DEPTH) {
+        TileRow t[BPW][DEPTH];
 #pragma unroll
-        for (int i = 0; i < DEPTH; ++i) {
-          if (r + i < r1) {
-            float gf[kTileLaneCols], xf[kTileLaneCols];
-            unpack(t[i].g, gf);
-            unpack(t[i].x, xf);
-            const double rd = double(t[i].rstd);
+        for (int j = 0; j < BPW; ++j)
 #pragma unroll
-            for (int e = 0; e < kTileLaneCols; ++e) s[e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
+          for (int i = 0; i < DEPTH; ++i)
+            if (r0[j] + k + i < r1[j]) t[j][i] = TileRow::load(a, r0[j] + k + i, col);
+#pragma unroll
+        for (int j = 0; j < BPW; ++j) {
+#pragma unroll
+          for (int i = 0; i < DEPTH; ++i) {
+            if (r0[j] + k + i < r1[j]) {
+              float gf[kTileLaneCols], xf[kTileLaneCols];
+              unpack(t[j][i].g, gf);
+              unpack(t[j][i].x, xf);
+              const double rd = double(t[j][i].rstd);
+#pragma unroll
+              for (int e = 0; e < kTileLaneCols; ++e) s[j][e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
+            }
           }
         }
       }
 #pragma unroll
-      for (int e = 0; e < kTileLaneCols; ++e) blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[e].s, s[e].c);
+      for (int j = 0; j < BPW; ++j) {
+        const int64_t b = b0 + int64_t(j) * warps;
+        if (b < nb) {
+#pragma unroll
+          for (int e = 0; e < kTileLaneCols; ++e)
+            blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[j][e].s, s[j][e].c);
+        }
+      }
     }
   }
   __syncthreads();
@@ -183,7 +210,7 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // consecutive items: the items are independent, so no bit depends on the split.
 // Bounds of a full CTA of the width: the fused grid stays within one wave at one CTA per SM, so
 // registers are not worth trading for occupancy here.
-template <int HC, typename WT, bool RES, int DEPTH>
+template <int HC, typename WT, bool RES, int DEPTH, int BPW>
 __global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
     backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
@@ -194,14 +221,32 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
   const int64_t tiles = fused_tiles(a.hidden);
   const int64_t item = item0 + blockIdx.x;
   if (item < tiles) {
-    fused_dw_tile<DEPTH>(a, item, tile_blocks);
+    fused_dw_tile<DEPTH, BPW>(a, item, tile_blocks);
   } else {
     fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots);
   }
 }
 
+// `kernel` over its items: one launch, or successive launches past a CTA cap (tests).
+inline cudaError_t launch_fused_items(void (*kernel)(BackwardArgs, int64_t), const BackwardArgs& a, int64_t items,
+                                      int threads, size_t smem) {
+  int64_t per = 0x7fffffff;
+  if (a.max_ctas > 0 && a.max_ctas < per) per = a.max_ctas;
+  for (int64_t i0 = 0; i0 < items; i0 += per) {
+    const int64_t n = items - i0 < per ? items - i0 : per;
+    kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 // One launch: row CTAs of min(rows, rows_per_cta) rows, so that no row group idles; the tiles'
-// depth by the rows (tile_deep).
+// depth by the rows (tile_deep). A tile's warps take tile_blocks_per_warp blocks each once the
+// blocks outnumber them (against one block at a time: [64,1536] 4.42 -> 3.74 us, [128,4096] 5.38 ->
+// 4.77, [64,5120] 4.48 -> 3.98, [384,6144] 13.02 -> 12.29; H200, bench/variants.py,
+// docs/bench/2026-12-03-h200-r19-tile-blocks.json); while they fit (fewer than 32 rows) the
+// one-block kernel, whose smaller code was 0.2 us faster at 16 rows.
 template <int HC, typename WT, bool RES, int DEPTH>
 cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
@@ -209,22 +254,17 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
   const size_t smem = fused_tile_smem(dw_blocks(a.rows));
-  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH>;
+  constexpr int kBpw = tile_blocks_per_warp(HC);
+  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, 1>;
+  if constexpr (kBpw > 1) {
+    if (dw_blocks(a.rows) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
+  }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).
   cudaError_t e = cudaSuccess;
   resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
-  const int64_t items = fused_tiles(a.hidden) + (a.rows + groups - 1) / groups;
-  int64_t per = 0x7fffffff;
-  if (a.max_ctas > 0 && a.max_ctas < per) per = a.max_ctas;
-  for (int64_t i0 = 0; i0 < items; i0 += per) {
-    const int64_t n = items - i0 < per ? items - i0 : per;
-    kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return launch_fused_items(kernel, a, fused_tiles(a.hidden) + (a.rows + groups - 1) / groups, threads, smem);
 }
 
 // One row of a width up to kOneRowMaxHidden: a single CTA of the row's threads writes dx and dw,
