@@ -25,7 +25,7 @@ inline cudaError_t launch_backward_grid(const void* kernel, void (*entry)(Backwa
   if (e != cudaSuccess) return e;
   int64_t blocks = a.chunks;
   if (blocks > resident) blocks = resident;
-  if (a.max_ctas > 0 && blocks > a.max_ctas) blocks = a.max_ctas;
+  if (blocks > launch_cta_limit(a.max_ctas)) blocks = launch_cta_limit(a.max_ctas);
   if (blocks < 1) return cudaSuccess;
   entry<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
   e = cudaGetLastError();

@@ -18,6 +18,7 @@
 #include "cake/backward_rows.cuh"
 #include "cake/dw_reduce.cuh"
 #include "cake/layout.cuh"
+#include "cake/program.cuh"
 #include "cake/reduce.cuh"
 #include "cake/rows.cuh"
 #include "cake/vec.cuh"
@@ -230,8 +231,7 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
 // `kernel` over its items: one launch, or successive launches past a CTA cap (tests).
 inline cudaError_t launch_fused_items(void (*kernel)(BackwardArgs, int64_t), const BackwardArgs& a, int64_t items,
                                       int threads, size_t smem) {
-  int64_t per = 0x7fffffff;
-  if (a.max_ctas > 0 && a.max_ctas < per) per = a.max_ctas;
+  const int64_t per = launch_cta_limit(a.max_ctas);
   for (int64_t i0 = 0; i0 < items; i0 += per) {
     const int64_t n = items - i0 < per ? items - i0 : per;
     kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
@@ -246,7 +246,8 @@ inline cudaError_t launch_fused_items(void (*kernel)(BackwardArgs, int64_t), con
 // blocks outnumber them (against one block at a time: [64,1536] 4.42 -> 3.74 us, [128,4096] 5.38 ->
 // 4.77, [64,5120] 4.48 -> 3.98, [384,6144] 13.02 -> 12.29; H200, bench/variants.py,
 // docs/bench/2026-12-03-h200-r19-tile-blocks.json); while they fit (fewer than 32 rows) the
-// one-block kernel, whose smaller code was 0.2 us faster at 16 rows.
+// one-block kernel, whose smaller code was 0.2 us faster at 16 rows. The deep rounds (past 128
+// rows: 26-32 blocks, more than a full CTA's warps wherever kBpw > 1) build only the former.
 template <int HC, typename WT, bool RES, int DEPTH>
 cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
@@ -255,8 +256,9 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int threads = groups * L.threads;
   const size_t smem = fused_tile_smem(dw_blocks(a.rows));
   constexpr int kBpw = tile_blocks_per_warp(HC);
-  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, 1>;
-  if constexpr (kBpw > 1) {
+  constexpr bool kDeep = DEPTH != tile_depth(HC, false);
+  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kDeep ? kBpw : 1>;
+  if constexpr (kBpw > 1 && !kDeep) {
     if (dw_blocks(a.rows) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
   }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one

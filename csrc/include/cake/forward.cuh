@@ -150,8 +150,7 @@ bool wide_fits(const ForwardArgs& a) {
 // group. The rows are independent: no bit depends on the split.
 inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const ForwardArgs& a, int cta_rows,
                                        int threads) {
-  int64_t cap = 0x7fffffff;
-  if (a.max_ctas > 0 && a.max_ctas < cap) cap = a.max_ctas;
+  const int64_t cap = launch_cta_limit(a.max_ctas);
   const int64_t d1 = a.xv.d1;  // the residual's view shares it (the binding passes one d1)
   int64_t per = cap * cta_rows;
   if (d1 > 1) per = per >= d1 ? per / d1 * d1 : d1;

@@ -38,6 +38,13 @@ inline int64_t resident_ctas(const void* kernel, int threads, size_t smem, cudaE
   return n;
 }
 
+// The most CTAs one launch may take: the largest grid (2^31 - 1 CTAs), or a test's cap (max_ctas
+// > 0). Launchers with more CTAs than that run successive launches (or, with chunks, fewer CTAs).
+inline int64_t launch_cta_limit(int max_ctas) {
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  return max_ctas > 0 && max_ctas < kMaxGrid ? max_ctas : kMaxGrid;
+}
+
 // The current device's SM count, cached per device.
 inline int device_sms() {
   static thread_local int cache[64] = {};
