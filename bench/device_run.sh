@@ -2,7 +2,9 @@
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 #                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
+#                            [pytest]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
+# pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
 # fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs; FWDLAUNCH_ARGS).
@@ -45,6 +47,9 @@ fi
 if has demo; then python3 -m cake_rmsnorm_det.demo 2>&1 | tee "$LOG/demo.txt" | tail -14; fi
 if has gputests; then  # every test file that needs the GPU (test_programs.py is build machinery: CPU CI runs it)
   python3 -m pytest tests -q -rfE -p no:cacheprovider --ignore=tests/test_programs.py --durations=5 --timeout=300 2>&1 | tee "$LOG/pytest_gpu.log" | tail -14
+fi
+if has pytest; then  # PYTEST_ARGS: a chosen subset (e.g. tests/test_gpu_kernels.py -k fused)
+  timeout "${PYTEST_WALL:-900}" python3 -m pytest -q -rfE -p no:cacheprovider --timeout=${PYTEST_TIMEOUT:-300} $PYTEST_ARGS 2>&1 | tee "$LOG/pytest_subset.log" | tail -8
 fi
 if has tests; then
   python3 -m pytest tests -q -rfE -p no:cacheprovider --durations=12 --timeout=900 2>&1 | tee "$LOG/pytest_gpu.log" | tail -30

@@ -1,14 +1,17 @@
 """The backward's dw partition, timed with other chunk sizes (GPU).
 
     python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
-                              [--fused] [--out DIR]
+                              [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single] [--out DIR]
 
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), in the pair form, beside
 the shipped rule in its route's form (and the single form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
 is a rule, not a race). --fused adds the fused form on one-row chunks (column "fused"; its dw
-must equal the pair form's on the same chunks): the form's reach past the shipped one-row window.
+must equal the pair form's on the same chunks): the form's reach past the shipped one-row window;
+--tile-clusters adds it with each dw tile over clusters of k CTAs (columns "fused@k"; "fused" is the
+launcher's rule). --pair-class adds the pair form on the width's DW_CHUNKS class partition (column
+"pair@cls"): what the rows would run without a one-row reach, the other side of a fused edge.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cake_rmsnorm_det as crd  # noqa: E402
-from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -44,6 +47,16 @@ def chunks_of(rows_per_chunk: int, form: str = "pair"):
         cake_jit.dw_partition = shipped
 
 
+def class_chunk_rows(rows: int, hidden: int) -> int:
+    """Rows per chunk of the width's DW_CHUNKS class alone (no one-row reach of DW_ONE_ROW_ROWS)."""
+    cw = cake_jit.cw
+    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
+    for last, chunks in cw.DW_CHUNKS["narrow" if narrow else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]:
+        if last is None or rows <= last:
+            return ceil(rows / chunks)
+    raise AssertionError("DW_CHUNKS ends with an open window")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results")
@@ -52,14 +65,22 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-rows", default="1,2,4,8")
     ap.add_argument("--max-chunks", type=int, default=512, help="skip chunk sizes that make more chunks")
     ap.add_argument("--fused", action="store_true", help="also the fused form on one-row chunks")
+    ap.add_argument("--tile-clusters", default="",
+                    help="with --fused: also the fused form with each dw tile over clusters of these CTA counts")
+    ap.add_argument("--pair-class", action="store_true",
+                    help="also the pair form on the width's DW_CHUNKS class partition (no one-row reach): what "
+                         "a row count past the fused window would run")
+    ap.add_argument("--no-single", action="store_true", help="skip the single form")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)
     sizes = bench.int_list(a.chunk_rows)
+    clusters = bench.int_list(a.tile_clusters) if a.fused and a.tile_clusters else []
+    fused_cols = (["fused"] if a.fused else []) + [f"fused@{k}" for k in clusters] + (["pair@cls"] if a.pair_class else [])
     rows_out = []
     print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes)
-          + (f" {'fused':>8s}" if a.fused else ""), flush=True)
+          + "".join(f" {c:>8s}" for c in fused_cols), flush=True)
     for h in bench.int_list(a.widths):
         for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
@@ -70,7 +91,10 @@ def main(argv=None) -> int:
             cr, ch = cake_jit.dw_partition(t, h)
             us = {"shipped": timer(call)}
             same = {}
-            if ch > 1:  # the single form on the shipped partition (its bits are the pair form's)
+            if a.pair_class:
+                with chunks_of(class_chunk_rows(t, h)):
+                    us["pair@cls"] = timer(call)
+            if ch > 1 and not a.no_single:  # the single form on the shipped partition (its bits are the pair form's)
                 with crd.force_form("single"):
                     us["single"] = timer(call)
             pair_dw = None
@@ -86,9 +110,13 @@ def main(argv=None) -> int:
                     with chunks_of(1, "fused"):
                         us["fused"] = timer(call)
                         same["fused"] = bool(torch.equal(call()[1], pair_dw))
+                    for k in clusters:
+                        with chunks_of(1, "fused"), crd.force_tile_cluster(k):
+                            us[f"fused@{k}"] = timer(call)
+                            same[f"fused@{k}"] = bool(torch.equal(call()[1], pair_dw))
             rows_out.append({"T": t, "H": h, "shipped_partition": [cr, ch], "us": us, "dw_repeatable": same})
             cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}"
-                             for k in [f"C={c}" for c in sizes] + (["fused"] if a.fused else []))
+                             for k in [f"C={c}" for c in sizes] + fused_cols)
             single = f"{us['single']:8.2f}" if "single" in us else f"{'-':>8s}"
             print(f"[{t},{h}]{'':{max(0, 12 - len(str(t)) - len(str(h)))}s} {us['shipped']:7.2f} ({cr}x{ch}) "
                   f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable (or fused != pair)'}", flush=True)

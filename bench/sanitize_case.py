@@ -1,6 +1,9 @@
 """One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
 direct/ring in the fused, single and pair forms, one row in one CTA; residual; a strided view; a
-generic width; the fused form on a capped grid), for compute-sanitizer."""
+generic width; the fused form on a capped grid and with its dw tiles split over clusters), for
+compute-sanitizer."""
+
+import contextlib
 
 import torch
 
@@ -29,6 +32,14 @@ for hidden, rows, cap in ((512, 40, 3), (4096, 640, 5)):  # the fused form's suc
     w = torch.rand(hidden, device=dev) + 0.5
     y, rstd = crd.forward(x, w, 1e-6)
     with crd.force_form("fused"), crd.cap_ctas(cap):
+        crd.backward(torch.randn_like(x), x, w, rstd)
+for hidden, rows, cluster, cap in ((256, 256, 0, 0), (1000, 150, 4, 0), (1536, 384, 8, 0), (512, 200, 2, 3)):
+    # split tiles: the rule's (cluster 0), a generic width's last tile half past H, capped launches
+    x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
+    w = torch.rand(hidden, device=dev) + 0.5
+    y, rstd = crd.forward(x, w, 1e-6)
+    with crd.force_form("fused"), (crd.force_tile_cluster(cluster) if cluster else contextlib.nullcontext()), \
+            (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
         crd.backward(torch.randn_like(x), x, w, rstd)
 for tokens in (2, 33):  # the query view in the fused form (48 rows) and above it
     buf = torch.randn(tokens, 24, 512, device=dev).to(torch.bfloat16)

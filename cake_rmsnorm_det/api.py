@@ -34,6 +34,7 @@ class _Knobs(threading.local):
     engine: Optional[str] = None
     cta_rows: int = 0
     wide: Optional[bool] = None
+    tile_cluster: int = 0
 
 
 _knobs = _Knobs()
@@ -79,6 +80,16 @@ def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
     if n < 1:
         raise ValueError("rows per CTA must be >= 1")
     return _knob("cta_rows", int(n))
+
+
+def force_tile_cluster(n: int) -> contextlib.AbstractContextManager:
+    """Split each dw tile of the fused backward over a cluster of `n` CTAs (1 .. 8; 1: one CTA a
+    tile) in place of the launcher's rule (measurements, tests: the bits must not change). A launch
+    whose CTA cap holds fewer than `n` CTAs, or whose blocks one pass of the cluster would not
+    cover, keeps one CTA a tile."""
+    if not 1 <= n <= 8:
+        raise ValueError(f"a tile cluster holds 1 to 8 CTAs, got {n}")
+    return _knob("tile_cluster", int(n))
 
 
 def force_wide(on: bool) -> contextlib.AbstractContextManager:
@@ -426,5 +437,5 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
         _call(mod.backward, r.program.name, gv.t, xv.t, w, rstd_c, rv.t, dx_t, dw_t, ws, rows, hidden,
               d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks,
               grad_residual is not None, _FORMS[form], _engine("bwd", r.window.engine), _knobs.max_ctas,
-              _stream(x.device))
+              _knobs.tile_cluster, _stream(x.device))
     return dx_t, dw_t

@@ -36,11 +36,10 @@ def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden` (a function of H alone; the partition runs
     every call): its DW_CHUNKS class, led by a window of `reach` chunks up to `reach` rows (one-row
     chunks, since ceil(rows / ceil(rows / reach)) = rows there): DW_ONE_ROW_ROWS' reach, else
-    DW_RULE_ONE_ROW_ROWS. Narrow widths keep their class alone (one-row chunks to 264 rows)."""
-    if layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA:
-        return cw.DW_CHUNKS["narrow"]
-    windows = cw.DW_CHUNKS["wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
-    reach = cw.DW_ONE_ROW_ROWS.get(hidden, cw.DW_RULE_ONE_ROW_ROWS)
+    DW_RULE_ONE_ROW_ROWS (narrow widths: their class's DW_CHUNK_TARGET one-row chunks)."""
+    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
+    windows = cw.DW_CHUNKS["narrow" if narrow else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+    reach = cw.DW_ONE_ROW_ROWS.get(hidden, cw.DW_CHUNK_TARGET if narrow else cw.DW_RULE_ONE_ROW_ROWS)
     return ((reach, reach),) + tuple(w for w in windows if w[0] is None or w[0] > reach)
 
 

@@ -82,24 +82,37 @@ def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence
         "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
 
 
+def _split(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
+    """An edge measured with the fused form's dw tiles split over clusters of CTAs (the launcher's
+    rule), against the pair form on the width's DW_CHUNKS class partition."""
+    return at, Evidence(
+        measured=True, gpu=H200, sms=132, date="2026-12-04", below=f"bwd_h{hidden} fused (split tiles)",
+        above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
+        note="bench/partition.py --fused --tile-clusters 1,2,4,8 --pair-class (CUPTI kernel-active, cold L2, "
+             "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-04-h200-r21-tile-clusters.json); "
+             "the one-row reach (DW_ONE_ROW_ROWS) ends at the edge, between the two measured row counts")
+
+
 # (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
 # --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
 # row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). Re-measured with the fused
 # kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
-# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on one-row chunks at
-# H 256 / 512 (their partition), on the DW_CHUNKS partition past DW_ONE_ROW_ROWS' old reach
-# elsewhere; H 6144's with a tile's warps on two blocks at once (-r19-tile-blocks-partition.json).
-# A tie (within 2%) keeps the pair form.
+# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on the DW_CHUNKS
+# partition past DW_ONE_ROW_ROWS' old reach; H 6144's with a tile's warps on two blocks at once
+# (-r19-tile-blocks-partition.json). H <= 2048 re-measured with each dw tile split over a cluster of
+# CTAs (backward_fused.cuh, fused_tile_cluster), which moved their edges out again, against the pair
+# form on the DW_CHUNKS class partition (what those rows run without a one-row reach; -r21-tile-clusters.json);
+# H 4096's edge held there (pair/fused 1.033 at T=640, 0.980 at 768). A tie (within 2%) keeps the pair form.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _fused(256, 224, "pair/fused = 1.135 at T=224 (6.06 vs 5.34 us), 0.949 at T=240 (5.44 vs 5.73), "
-                            "0.954 at T=256 (5.44 vs 5.70)", False),
-    ("sm_90a", 512): _fused(512, 256, "pair/fused = 1.029 at T=240 (5.95 vs 5.78 us), 1.045 at T=256 (6.02 vs 5.76), "
-                            "0.911 at T=264 (6.32 vs 6.94)", False),
-    # the one-row reach of DW_ONE_ROW_ROWS (pair: the DW_CHUNKS partition, bench/partition.py --fused)
-    ("sm_90a", 1536): _fused(1536, 256, "pair/fused = 1.169 at T=192 (7.26 vs 6.21 us), 1.093 at T=224 (7.26 vs 6.64), "
-                             "1.035 at T=256 (7.39 vs 7.14), 0.841 at T=288 (7.90 vs 9.39)", True),
-    ("sm_90a", 2048): _fused(2048, 384, "pair/fused = 1.131 at T=320 (8.83 vs 7.81 us), 1.061 at T=384 (9.28 vs 8.75), "
-                             "1.014 at T=416 (9.12 vs 8.99: a tie), 0.974 at T=448 (9.09 vs 9.33)", True),
+    ("sm_90a", 256): _split(256, 896, "pair/fused = 1.047 at T=768 (6.75 vs 6.45 us), 1.044 at T=896 (7.55 vs 7.23), "
+                            "0.922 at T=1024 (7.01 vs 7.60); again on the shipped programs: 1.048 at 896, 0.926 at 1024"),
+    ("sm_90a", 512): _split(512, 896, "pair/fused = 1.092 at T=768 (7.62 vs 6.98 us), 1.076 at T=896 (8.54 vs 7.94), "
+                            "0.938 at T=1024 (8.10 vs 8.64); again on the shipped programs: 1.081 at 896, 0.938 at 1024"),
+    ("sm_90a", 1536): _split(1536, 512, "pair/fused = 1.057 at T=448 (8.35 vs 7.90 us), 1.034 at T=512 (8.77 vs 8.48), "
+                             "0.955 at T=576 (9.15 vs 9.58); again on the shipped programs: 1.042 at 512, 0.964 at 576"),
+    ("sm_90a", 2048): _split(2048, 896, "pair/fused = 1.067 at T=896 (11.30 vs 10.59 us), 1.024 at T=1024 (11.74 vs "
+                             "11.46); again on the shipped programs: 1.063 at 896 (11.20 vs 10.54), 1.005 at 1024 (11.68 "
+                             "vs 11.62: a tie, so the pair form), 0.944 at 1280 (12.99 vs 13.76)"),
     ("sm_90a", 4096): _fused(4096, 640, "pair/fused = 1.217 at T=448 (12.19 vs 10.02 us), 1.054 at T=576 (13.38 vs "
                              "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39)", True),
     ("sm_90a", 5120): _fused(5120, 640, "pair/fused = 1.169 at T=512 (15.78 vs 13.50 us), 1.070 at T=576 (16.26 vs "
@@ -133,16 +146,17 @@ DW_CHUNKS = {
     "mid": ((256, 64), (1024, 128), (None, DW_CHUNK_TARGET)),
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
-# Widths whose one-row chunks reach past 64 rows: H -> the last row count of one-row chunks (before
-# DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw straight from
-# g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the DW_CHUNKS
-# partition there (bench/partition.py --fused, H200, docs/bench/2026-12-03-h200-r19-fused-reach.json,
-# MEASURED_FUSED_EDGES' evidence): [256,1536] 7.39 -> 7.14 us, [384,2048] 9.28 -> 8.75, [640,4096]
-# 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [576,6144] 17.86 -> 17.28; they lose one measured row
-# count further (a tile's FP64 sums grow with the rows). Exact widths only (the generic widths take
-# the rule's reach below); the pair form on one-row chunks is slower there ([512,4096] 21.55 us
-# against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {1536: 256, 2048: 384, 4096: 640, 5120: 640, 6144: 576}
+# Widths whose one-row chunks reach past their DW_CHUNKS class: H -> the last row count of one-row
+# chunks (before DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw
+# straight from g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the
+# DW_CHUNKS partition there (bench/partition.py --fused, H200, MEASURED_FUSED_EDGES' evidence;
+# docs/bench/2026-12-03-h200-r19-fused-reach.json, and 2026-12-04-h200-r21-tile-clusters.json at H <=
+# 2048 with split tiles): [896,256] 7.55 -> 7.23 us, [896,512] 8.54 -> 7.94, [512,1536] 8.77 -> 8.48,
+# [896,2048] 11.30 -> 10.59, [640,4096] 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [576,6144] 17.86 ->
+# 17.28; they lose one measured row count further (a tile's FP64 sums grow with the rows). Exact
+# widths only (the generic widths take the rule's reach below); the pair form on one-row chunks is
+# slower there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
+DW_ONE_ROW_ROWS = {256: 896, 512: 896, 1536: 512, 2048: 896, 4096: 640, 5120: 640, 6144: 576}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.

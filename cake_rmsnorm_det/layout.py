@@ -57,6 +57,25 @@ def ring_row_depth(hidden: int) -> int:
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
 FUSED_TILE_COLS = 64  # backward_fused.cuh, kTileCols: dw columns per tile CTA of the fused form (32 lanes x 2)
+# backward_fused.cuh's split-tile rule (kSplitMinRows, kSplitTileCtas; args.cuh kMaxTileCluster)
+FUSED_SPLIT_MIN_ROWS = 128
+FUSED_SPLIT_TILE_CTAS = 96
+MAX_TILE_CLUSTER = 8
+
+
+def fused_tile_cluster(rows: int, hidden: int) -> int:
+    """CTAs per dw tile of the fused form at a qualified width (backward_fused.cuh, fused_tile_cluster):
+    the most, up to MAX_TILE_CLUSTER, that leave each CTA >= 32 of the tile's rows and the tiles' CTAs
+    <= FUSED_SPLIT_TILE_CTAS; none below FUSED_SPLIT_MIN_ROWS rows or at <= 4 rows per tile. The split
+    changes no bit (the same sums in the same order), only which SMs run them."""
+    tiles = ceil(hidden / FUSED_TILE_COLS)
+    if rows < FUSED_SPLIT_MIN_ROWS or rows <= 4 * tiles:
+        return 1
+    c = 1
+    while c < MAX_TILE_CLUSTER and 2 * c * 32 <= rows and 2 * c * tiles <= FUSED_SPLIT_TILE_CTAS:
+        c *= 2
+    return c
+
 
 RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
 
@@ -71,10 +90,12 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
-                  engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False) -> str:
+                  engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
+                  split_tiles: bool = False) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
-    `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy)."""
+    `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
+    `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
@@ -94,8 +115,11 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
     if form == "fused":
         groups = min(rpc, max(rows, 1))
         tiles = ceil(hidden / FUSED_TILE_COLS)
-        return (f"backward_fused_kernel, one launch: {tiles} dw tile CTAs ({FUSED_TILE_COLS} columns each, the "
-                f"reduce's order from g, x, rstd) first; {ceil(max(rows, 1) / groups)} row CTA(s) of "
+        csize = fused_tile_cluster(rows, hidden) if split_tiles else 1
+        split = "" if csize == 1 else (f", each tile over a cluster of {csize} CTAs (level 1 spread over them, "
+                                       "level 2 in the first)")
+        return (f"backward_fused_kernel, one launch: {tiles * csize} dw tile CTAs ({FUSED_TILE_COLS} columns a tile, "
+                f"the reduce's order from g, x, rstd{split}) first; {ceil(max(rows, 1) / groups)} row CTA(s) of "
                 f"{groups} row(s) x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
     if engine == "ring":
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "

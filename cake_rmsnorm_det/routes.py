@@ -71,7 +71,8 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
         program_key=r.program.key, form=r.window.form, engine=r.window.engine,
         launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine,
                              cake_jit.fwd_cta_rows(hidden, rows, sms, arch=arch) if pass_ == "fwd" else 0, sms,
-                             pass_ == "fwd" and cake_jit.fwd_has_wide(hidden)),
+                             pass_ == "fwd" and cake_jit.fwd_has_wide(hidden),
+                             split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS),
         evidence=r.window.evidence, built=find_built(r.program, arch) is not None)
 
 

@@ -174,13 +174,14 @@ def test_pair_and_single_agree(hidden, device):
 def test_fused_form_matches_pair(hidden, variant, device):
     """The fused form (one launch: row CTAs for dx, tile CTAs summing dw from g, x and rstd) gives
     the pair form's bits on every partition of one-row chunks, into poisoned outputs, also on a
-    capped grid (its CTAs take work items grid-stride); past one-row chunks it refuses to run."""
+    capped grid (successive launches) and with each dw tile split over a cluster of CTAs; past
+    one-row chunks it refuses to run."""
     residual = variant == "res_fp32w"
     wdtype = torch.float32 if residual else torch.bfloat16
     if variant == "query_view" and hidden != 256:
         pytest.skip("the strided view is a width-256 layout")
     last = cake_jit.one_row_chunks(hidden)
-    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, last)
+    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, 150, 257, 500, last)
     for n in sorted(set(counts)):
         rows = n * 24 if variant == "query_view" else n
         if rows > last:
@@ -193,11 +194,14 @@ def test_fused_form_matches_pair(hidden, variant, device):
         xin = h if residual else x
         with crd.force_form("pair"):
             base = run_backward(g, xin, w, rstd, gr)
-        for cap in (0, 1, 3):
-            with crd.force_form("fused"), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+        # caps: successive launches; tile clusters: a tile's blocks over 2-8 CTAs (with cap 3, a
+        # cluster of 2 in launches of 2 CTAs, or one CTA a tile where 4 / 8 do not fit the cap)
+        for cap, cluster in ((0, 0), (1, 0), (3, 0), (0, 2), (0, 4), (0, 8), (3, 2), (3, 8)):
+            with crd.force_form("fused"), (crd.cap_ctas(cap) if cap else contextlib.nullcontext()), \
+                    (crd.force_tile_cluster(cluster) if cluster else contextlib.nullcontext()):
                 out = run_backward(g, xin, w, rstd, gr)
-            assert bits_equal(out[0], base[0]), f"dx of the fused form differs at {rows} rows (cap {cap})"
-            assert bits_equal(out[1], base[1]), f"dw of the fused form differs at {rows} rows (cap {cap})"
+            assert bits_equal(out[0], base[0]), f"dx of the fused form differs at {rows} rows (cap {cap}, cluster {cluster})"
+            assert bits_equal(out[1], base[1]), f"dw of the fused form differs at {rows} rows (cap {cap}, cluster {cluster})"
     x, _, w, g, _ = make(last + 1, hidden, torch.bfloat16, False, device)
     _, rstd = crd.forward(x, w, EPS)
     with crd.force_form("fused"), pytest.raises(ValueError, match="one-row chunks"):

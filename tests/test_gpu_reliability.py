@@ -111,10 +111,11 @@ def hog_module():
 @pytest.mark.parametrize("smem_kb", [100, 132])
 def test_backward_completes_beside_resident_hog(hog_module, smem_kb, device):
     """Every form finishes with the same bits while another stream keeps a CTA with 100 or 132 KB
-    of shared memory resident on every SM."""
+    of shared memory resident on every SM (the fused form at 400 rows of H 512 splits its dw tiles
+    over clusters of CTAs, which the hardware starts together or not at all)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     data = {}
-    for hidden, rows in ((256, 8), (4096, 5), (4096, 3000), (6144, 70000)):
+    for hidden, rows in ((256, 8), (512, 400), (4096, 5), (4096, 3000), (6144, 70000)):
         x, _, w, g, _ = make(rows, hidden, torch.bfloat16, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
         forms = ["pair", "single"] + (["fused"] if cake_jit.dw_partition(rows, hidden)[0] == 1 else [])
@@ -147,8 +148,9 @@ def test_backward_completes_beside_resident_hog(hog_module, smem_kb, device):
 
 def test_no_kernel_waits_on_another_cta(device):
     """A grid of one CTA cannot finish if any CTA waits for another: every form, both passes,
-    runs to completion (and to the same bits) with launches capped at one CTA."""
-    for hidden, rows in ((256, 4000), (4096, 7), (4096, 2000), (1000, 999)):
+    runs to completion (and to the same bits) with launches capped at one CTA (where the fused
+    form would split a dw tile over a cluster, H 512 at 400 rows, it keeps one CTA a tile)."""
+    for hidden, rows in ((256, 4000), (512, 400), (4096, 7), (4096, 2000), (1000, 999)):
         x, r, w, g, gr = make(rows, hidden, torch.bfloat16, True, device, seed=hidden)
         y, h, rstd = crd.forward(x, w, EPS, residual=r)
         forms = ["pair", "single"] + (["fused"] if cake_jit.dw_partition(rows, hidden)[0] == 1 else [])

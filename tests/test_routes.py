@@ -211,6 +211,11 @@ _MIRROR = r"""
 #include "cake/layout.cuh"
 int main() {
   std::printf("%d %d\n", cake::kOneRowMaxHidden, cake::kTileCols);
+  const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
+  const int cluster_hs[] = {256, 512, 1536, 2048, 4096, 6144};
+  for (int h : cluster_hs)
+    for (int r : cluster_rows)
+      std::printf("cluster %d %d %d\n", r, h, cake::fused_tile_cluster(r, cake::fused_tiles(h)));
   const int hs[] = {8, 16, 24, 200, 256, 264, 512, 1000, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192, 16376, 16384};
   for (int h : hs) {
     auto b = cake::row_layout(h);
@@ -232,6 +237,11 @@ def test_python_layout_mirrors_the_header(tmp_path):
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     first, *lines = out.strip().splitlines()
     assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS)
+    clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
+    lines = [line for line in lines if not line.startswith("cluster ")]
+    assert clusters and any(int(c) > 1 for _, _, c in clusters)
+    for r, h, c in clusters:
+        assert layout.fused_tile_cluster(int(r), int(h)) == int(c), (r, h)
     for line in lines:
         h, bt, bv, ft, fv, rpc = map(int, line.split())
         assert layout.row_layout(h) == (bt, bv), h

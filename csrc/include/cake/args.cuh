@@ -48,6 +48,9 @@ enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 // row CTAs (dx) beside column-tile CTAs (dw from g, x and rstd).
 enum BackwardForm : int { kPair = 0, kSingle = 1, kFused = 2 };
 
+// The most CTAs of a fused dw tile's cluster: the portable cluster size.
+constexpr int kMaxTileCluster = 8;
+
 // The same order rule as ForwardArgs: what the first loads need, then the outputs (two lines
 // between them: the one-row and fused kernels read nothing past them), then the chunked forms'
 // partition and workspace, then host-only fields.
@@ -71,6 +74,7 @@ struct BackwardArgs {
   int engine;                      // kDirect or kRing
   int stages;                      // ring slots per CTA (set by the launcher)
   int max_ctas;                    // 0: no cap (the cap exists for tests)
+  int tile_cluster;                // fused form: CTAs per dw tile (0: the launcher's rule)
   cudaStream_t stream;
 };
 

@@ -3,6 +3,8 @@
 // - Tile CTAs sum dw for 64 columns straight from g, x and rstd: a one-row chunk's partial is its
 //   row's g*x*rstd, formed as the engines form it, and the tile runs the reduce kernel's two
 //   levels in the reduce kernel's order, so dw has the pair form's bits without partials in memory.
+//   Past 128 rows at widths of few tiles a tile runs on a cluster of CTAs (fused_tile_cluster):
+//   the same sums in the same order, spread over more SMs.
 // - Row CTAs compute dx alone, in straight-line code: no chunk loop, no next-row loads, no FP64
 //   accumulators.
 // - One row (T = 1) of up to 1536 columns runs neither: one CTA of the row's threads writes dx and
@@ -12,6 +14,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>
 #include <cstdint>
 
 #include "cake/args.cuh"
@@ -73,11 +76,72 @@ __host__ __device__ constexpr int tile_blocks_per_warp(int hc) {
   return hc == 0 ? 1 : (kMaxBlocks + bwd_cta_threads(hc) / 32 - 1) / (bwd_cta_threads(hc) / 32);
 }
 
-// dw of one tile: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated in row
-// order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns, a warp's BPW
-// blocks side by side (each summed in its own row order: no bit depends on BPW); level 2 (the
-// blocks in block order) a column per thread. Every thread of the CTA calls it (one CTA barrier
-// inside, and one before the CTA's next tile reuses `blocks`).
+// The cluster barrier in its two halves (every thread of every CTA of the cluster calls both).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The wait where a warp's lanes may be apart (a width's last tile, part of its lanes past H).
+__device__ __forceinline__ void cluster_wait_diverged() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+
+// Level 1 of a lane's kTileLaneCols columns over the blocks first, first + stride, ... (BPW of
+// them; none past nb), side by side, their (s, c) pairs posted to `blocks` ([block][kTileCols]):
+// DEPTH rows of each block's loads go out before their sums (a warp walks len rows per block),
+// each block summed in its own row order, so no bit depends on BPW or on which warp sums it.
+template <int DEPTH, int BPW, bool WAIT = false>
+__device__ __forceinline__ void tile_level1(const BackwardArgs& a, int64_t col, int lane, int64_t first,
+                                            int64_t stride, int64_t len, int64_t nb, double2* blocks) {
+  Compensated s[BPW][kTileLaneCols];
+  int64_t r0[BPW], r1[BPW];
+#pragma unroll
+  for (int j = 0; j < BPW; ++j) {
+    const int64_t b = first + int64_t(j) * stride;
+    r0[j] = b * len;
+    r1[j] = b >= nb ? r0[j] : (r0[j] + len < a.rows ? r0[j] + len : a.rows);  // past nb: no rows
+  }
+  for (int64_t k = 0; k < len; k += DEPTH) {
+    TileRow t[BPW][DEPTH];
+#pragma unroll
+    for (int j = 0; j < BPW; ++j)
+#pragma unroll
+      for (int i = 0; i < DEPTH; ++i)
+        if (r0[j] + k + i < r1[j]) t[j][i] = TileRow::load(a, r0[j] + k + i, col);
+#pragma unroll
+    for (int j = 0; j < BPW; ++j) {
+#pragma unroll
+      for (int i = 0; i < DEPTH; ++i) {
+        if (r0[j] + k + i < r1[j]) {
+          float gf[kTileLaneCols], xf[kTileLaneCols];
+          unpack(t[j][i].g, gf);
+          unpack(t[j][i].x, xf);
+          const double rd = double(t[j][i].rstd);
+#pragma unroll
+          for (int e = 0; e < kTileLaneCols; ++e) s[j][e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
+        }
+      }
+    }
+  }
+  if constexpr (WAIT) cluster_wait_diverged();  // split tiles: `blocks` is the cluster's first CTA's
+#pragma unroll
+  for (int j = 0; j < BPW; ++j) {
+    const int64_t b = first + int64_t(j) * stride;
+    if (b < nb) {
+#pragma unroll
+      for (int e = 0; e < kTileLaneCols; ++e)
+        blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[j][e].s, s[j][e].c);
+    }
+  }
+}
+
+// Level 2 of the tile at column `base`: the blocks in block order, a column per thread.
+__device__ __forceinline__ void tile_level2(const BackwardArgs& a, int64_t base, const double2* blocks, int64_t nb) {
+  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x)
+    a.dw[base + c] = dw_final_of(blocks + c, nb, kTileCols);
+}
+
+// dw of one tile in one CTA: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated
+// in row order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns, a
+// warp's BPW blocks side by side; level 2 (the blocks in block order) a column per thread. Every
+// thread of the CTA calls it (one CTA barrier inside, and one before `blocks` could be reused).
 template <int DEPTH, int BPW>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -85,53 +149,40 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
   const int64_t col = base + int64_t(lane) * kTileLaneCols;
   const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
   if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
-    for (int64_t b0 = warp; b0 < nb; b0 += int64_t(warps) * BPW) {
-      Compensated s[BPW][kTileLaneCols];
-      int64_t r0[BPW], r1[BPW];
-#pragma unroll
-      for (int j = 0; j < BPW; ++j) {
-        const int64_t b = b0 + int64_t(j) * warps;
-        r0[j] = b * len;
-        r1[j] = b >= nb ? r0[j] : (r0[j] + len < a.rows ? r0[j] + len : a.rows);  // past nb: no rows
-      }
-      // DEPTH rows of each block's loads go out before their sums (a warp walks len rows per block)
-      for (int64_t k = 0; k < len; k += DEPTH) {
-        TileRow t[BPW][DEPTH];
-#pragma unroll
-        for (int j = 0; j < BPW; ++j)
-#pragma unroll
-          for (int i = 0; i < DEPTH; ++i)
-            if (r0[j] + k + i < r1[j]) t[j][i] = TileRow::load(a, r0[j] + k + i, col);
-#pragma unroll
-        for (int j = 0; j < BPW; ++j) {
-#pragma unroll
-          for (int i = 0; i < DEPTH; ++i) {
-            if (r0[j] + k + i < r1[j]) {
-              float gf[kTileLaneCols], xf[kTileLaneCols];
-              unpack(t[j][i].g, gf);
-              unpack(t[j][i].x, xf);
-              const double rd = double(t[j][i].rstd);
-#pragma unroll
-              for (int e = 0; e < kTileLaneCols; ++e) s[j][e].add(dw_term(gf[e], xf[e], rd, 0.0));  // a one-row chunk's partial
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < BPW; ++j) {
-        const int64_t b = b0 + int64_t(j) * warps;
-        if (b < nb) {
-#pragma unroll
-          for (int e = 0; e < kTileLaneCols; ++e)
-            blocks[b * kTileCols + lane * kTileLaneCols + e] = make_double2(s[j][e].s, s[j][e].c);
-        }
-      }
-    }
+    for (int64_t b0 = warp; b0 < nb; b0 += int64_t(warps) * BPW)
+      tile_level1<DEPTH, BPW>(a, col, lane, b0, warps, len, nb, blocks);
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < kTileCols && base + c < a.hidden; c += blockDim.x)
-    a.dw[base + c] = dw_final_of(blocks + c, nb, kTileCols);
+  tile_level2(a, base, blocks, nb);
   __syncthreads();
+}
+
+// dw of one tile split over a cluster of `csize` CTAs (rank `rank`): the cluster's warps take
+// the level-1 blocks in turn (warp w of rank r first takes block w * csize + r), each CTA posts
+// its blocks' (s, c) pairs into the shared memory of the cluster's first CTA, and that CTA runs
+// level 2. The same sums in the same order as fused_dw_tile: a block's rows, and the blocks, never
+// change with the split; what it buys is the tile's FP64 work and loads spread over csize SMs.
+// The launcher makes csize * warps * BPW >= the blocks, so one pass of level 1 covers them. The
+// caller arrived at the cluster barrier (relaxed) on entry, so the wait before the posts (which
+// makes sure the first CTA has started) costs nothing by then.
+template <int DEPTH, int BPW>
+__device__ __forceinline__ void fused_dw_tile_split(const BackwardArgs& a, int64_t tile, double2* blocks,
+                                                    int rank, int csize) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t base = tile * kTileCols;
+  const int64_t col = base + int64_t(lane) * kTileLaneCols;
+  const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
+  const int64_t first = int64_t(warp) * csize + rank, stride = int64_t(warps) * csize;
+  if (col < a.hidden && first < nb) {  // lanes past H leave a warp of the last tile apart
+    tile_level1<DEPTH, BPW, true>(a, col, lane, first, stride, len, nb,
+                                  cooperative_groups::this_cluster().map_shared_rank(blocks, 0));
+  } else {
+    cluster_wait_diverged();
+  }
+  __syncwarp();  // the aligned barrier below wants the warp's lanes together again
+  cluster_arrive();
+  cluster_wait();
+  if (rank == 0) tile_level2(a, base, blocks, nb);
 }
 
 // dw of a one-row call from its row's slices: g*x*rstd rounded once. The tiles form that product
@@ -211,7 +262,10 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // consecutive items: the items are independent, so no bit depends on the split.
 // Bounds of a full CTA of the width: the fused grid stays within one wave at one CTA per SM, so
 // registers are not worth trading for occupancy here.
-template <int HC, typename WT, bool RES, int DEPTH, int BPW>
+// SPLIT: the tiles' items come csize to a tile (a cluster of csize CTAs, fused_dw_tile_split);
+// the launch's clusters are of csize CTAs, item0 is a multiple of csize, so a cluster holds one
+// tile or row CTAs only.
+template <int HC, typename WT, bool RES, int DEPTH, int BPW, bool SPLIT = false>
 __global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
     backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
@@ -221,24 +275,88 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
   extern __shared__ double2 tile_blocks[];
   const int64_t tiles = fused_tiles(a.hidden);
   const int64_t item = item0 + blockIdx.x;
-  if (item < tiles) {
-    fused_dw_tile<DEPTH, BPW>(a, item, tile_blocks);
+  if constexpr (SPLIT) {
+    const int csize = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+    if (item < tiles * csize) {
+      cluster_arrive_relaxed();
+      fused_dw_tile_split<DEPTH, BPW>(a, item / csize, tile_blocks,
+                                      static_cast<int>(cooperative_groups::this_cluster().block_rank()), csize);
+    } else {
+      fused_dx_rows<HC, WT, RES>(a, G, item - tiles * csize, slots);
+    }
   } else {
-    fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots);
+    if (item < tiles) {
+      fused_dw_tile<DEPTH, BPW>(a, item, tile_blocks);
+    } else {
+      fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots);
+    }
   }
 }
 
-// `kernel` over its items: one launch, or successive launches past a CTA cap (tests).
+// `kernel` over its items in clusters of `csize` CTAs: one launch, or successive launches past a
+// CTA cap (tests) of whole clusters each (the caller keeps csize within the cap).
 inline cudaError_t launch_fused_items(void (*kernel)(BackwardArgs, int64_t), const BackwardArgs& a, int64_t items,
-                                      int threads, size_t smem) {
-  const int64_t per = launch_cta_limit(a.max_ctas);
+                                      int threads, size_t smem, int csize = 1) {
+  items = (items + csize - 1) / csize * csize;
+  const int64_t per = launch_cta_limit(a.max_ctas) / csize * csize;
   for (int64_t i0 = 0; i0 < items; i0 += per) {
     const int64_t n = items - i0 < per ? items - i0 : per;
-    kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
+    if (csize == 1) {
+      kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
+    } else {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(n));
+      cfg.blockDim = dim3(static_cast<unsigned>(threads));
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = a.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, i0);
+      if (e != cudaSuccess) return e;
+    }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+// CTAs per tile where the call does not choose (a.tile_cluster == 0), on the H200 (bench/partition.py
+// --fused --tile-clusters 1,2,4,8, docs/bench/2026-12-04-h200-r21-tile-clusters.json): the most, up to
+// 8, that leave each CTA >= 32 rows of its tile and the tiles' CTAs <= kSplitTileCtas. Below 128 rows
+// (blocks of <= 3 rows) and where the rows are <= 4 per tile, none: the cluster's launch and barrier
+// cost more than the chain they cut ([64,256] 3.23 us in one CTA a tile, 3.62-3.84 split; [96,1536]
+// 4.03, 4.10 in pairs; [128,2048] 4.13, 4.38 in pairs). Where it splits: [128,256] 4.03 -> 3.78 us
+// (4 CTAs a tile), [256,256] 5.57 -> 4.34 (8; 4.22 in 4), [512,512] 8.80 -> 5.50 (8), [256,1536] 6.66
+// -> 5.54 (4), [512,2048] 9.74 -> 7.17 (2). From H 4096 the tiles alone fill half the SMs and every
+// split was slower ([512,4096] 11.26 us in one CTA a tile, 12.96 in pairs, 17.30 in fours).
+// The generic program (unmeasured) splits only when asked.
+constexpr int kSplitMinRows = 128;
+constexpr int kSplitTileCtas = 96;
+inline int fused_tile_cluster(int64_t rows, int64_t tiles) {
+  if (rows < kSplitMinRows || rows <= 4 * tiles) return 1;
+  int c = 1;
+  while (c < kMaxTileCluster && 2 * c * 32 <= rows && 2 * c * tiles <= kSplitTileCtas) c *= 2;
+  return c;
+}
+
+// CTAs per tile: the test's or measurement's a.tile_cluster, else the rule (fused_tile_cluster;
+// 1 in the generic program); 1 where the cap holds fewer CTAs or one pass of level 1 would not
+// cover the blocks.
+inline int fused_cluster_of(const BackwardArgs& a, bool rule, int warps, int split_bpw) {
+  int c = a.tile_cluster > 0 ? a.tile_cluster : (rule ? fused_tile_cluster(a.rows, fused_tiles(a.hidden)) : 1);
+  if (c > kMaxTileCluster || (a.max_ctas > 0 && a.max_ctas < c)) c = 1;
+  if (c > 1 && int64_t(c) * warps * split_bpw < dw_blocks(a.rows)) c = 1;
+  return c;
+}
+
+// Blocks per warp of the split tiles: the blocks over the warps of the smallest cluster (two CTAs).
+__host__ __device__ constexpr int split_blocks_per_warp(int hc) {
+  return hc == 0 ? 1 : (kMaxBlocks + 2 * (bwd_cta_threads(hc) / 32) - 1) / (2 * (bwd_cta_threads(hc) / 32));
 }
 
 // One launch: row CTAs of min(rows, rows_per_cta) rows, so that no row group idles; the tiles'
@@ -255,18 +373,27 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
   const size_t smem = fused_tile_smem(dw_blocks(a.rows));
+  const int64_t row_ctas = (a.rows + groups - 1) / groups;
   constexpr int kBpw = tile_blocks_per_warp(HC);
+  constexpr int kSplitBpw = split_blocks_per_warp(HC);
   constexpr bool kDeep = DEPTH != tile_depth(HC, false);
+  cudaError_t e = cudaSuccess;
+  const int csize = fused_cluster_of(a, HC > 0, threads / 32, kSplitBpw);
+  if (csize > 1) {
+    auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kSplitBpw, true>;
+    resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
+    if (e != cudaSuccess) return e;
+    return launch_fused_items(kernel, a, fused_tiles(a.hidden) * csize + row_ctas, threads, smem, csize);
+  }
   auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kDeep ? kBpw : 1>;
   if constexpr (kBpw > 1 && !kDeep) {
     if (dw_blocks(a.rows) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
   }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).
-  cudaError_t e = cudaSuccess;
   resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
-  return launch_fused_items(kernel, a, fused_tiles(a.hidden) + (a.rows + groups - 1) / groups, threads, smem);
+  return launch_fused_items(kernel, a, fused_tiles(a.hidden) + row_ctas, threads, smem);
 }
 
 // One row of a width up to kOneRowMaxHidden: a single CTA of the row's threads writes dx and dw,

@@ -100,7 +100,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
                          int64_t rows, int64_t hidden, int64_t d1, int64_t sg0, int64_t sg1,
                          int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, int64_t chunk_rows,
                          int64_t chunks, bool has_residual, int64_t form, int64_t engine,
-                         int64_t max_ctas, int64_t stream) {
+                         int64_t max_ctas, int64_t tile_cluster, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(g, "grad_out");
   check_bf16(x, "x");
@@ -143,6 +143,11 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   if (engine != kDirect && engine != kRing) TVM_FFI_THROW(ValueError) << "unknown backward engine " << engine;
   a.engine = static_cast<int>(engine);
   a.max_ctas = static_cast<int>(max_ctas);
+  if (tile_cluster < 0 || tile_cluster > kMaxTileCluster) {
+    TVM_FFI_THROW(ValueError) << "tile_cluster must be 0 (the launcher's rule) or 1.." << kMaxTileCluster << ", got "
+                              << tile_cluster;
+  }
+  a.tile_cluster = static_cast<int>(tile_cluster);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   check_launch(cake_program_backward(a), "backward launch");
 }
