@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cake_rmsnorm_det as crd  # noqa: E402
-from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -49,9 +49,7 @@ def chunks_of(rows_per_chunk: int, form: str = "pair"):
 
 def class_chunk_rows(rows: int, hidden: int) -> int:
     """Rows per chunk of the width's DW_CHUNKS class alone (no one-row reach of DW_ONE_ROW_ROWS)."""
-    cw = cake_jit.cw
-    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
-    for last, chunks in cw.DW_CHUNKS["narrow" if narrow else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]:
+    for last, chunks in cake_jit.dw_class_windows(hidden):
         if last is None or rows <= last:
             return ceil(rows / chunks)
     raise AssertionError("DW_CHUNKS ends with an open window")

@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from . import cake_jit
+from . import cake_jit, layout
 from .programs import current_arch, load_program, sm_count
 
 _FORMS = {"pair": 0, "single": 1, "fused": 2}
@@ -83,12 +83,12 @@ def force_cta_rows(n: int) -> contextlib.AbstractContextManager:
 
 
 def force_tile_cluster(n: int) -> contextlib.AbstractContextManager:
-    """Split each dw tile of the fused backward over a cluster of `n` CTAs (1 .. 8; 1: one CTA a
-    tile) in place of the launcher's rule (measurements, tests: the bits must not change). A launch
+    """Split each dw tile of the fused backward over a cluster of `n` CTAs (1 .. layout.MAX_TILE_CLUSTER;
+    1: one CTA a tile) in place of the launcher's rule (measurements, tests: the bits must not change). A launch
     whose CTA cap holds fewer than `n` CTAs, or whose blocks one pass of the cluster would not
     cover, keeps one CTA a tile."""
-    if not 1 <= n <= 8:
-        raise ValueError(f"a tile cluster holds 1 to 8 CTAs, got {n}")
+    if not 1 <= n <= layout.MAX_TILE_CLUSTER:
+        raise ValueError(f"a tile cluster holds 1 to {layout.MAX_TILE_CLUSTER} CTAs, got {n}")
     return _knob("tile_cluster", int(n))
 
 

@@ -31,15 +31,24 @@ INF = None  # an open upper edge
 CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, cw.DW_RULE_ONE_ROW_ROWS, *cw.DW_ONE_ROW_ROWS.values())  # the most chunks of any partition
 
 
+def _is_narrow(hidden: int) -> bool:
+    return layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
+
+
+def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
+    """The (last rows, chunks) windows of width `hidden`'s DW_CHUNKS class, without its one-row reach
+    (what a row count past the fused window runs: bench/partition.py --pair-class)."""
+    return cw.DW_CHUNKS["narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+
+
 @lru_cache(maxsize=None)
 def _dw_chunk_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden` (a function of H alone; the partition runs
     every call): its DW_CHUNKS class, led by a window of `reach` chunks up to `reach` rows (one-row
     chunks, since ceil(rows / ceil(rows / reach)) = rows there): DW_ONE_ROW_ROWS' reach, else
     DW_RULE_ONE_ROW_ROWS (narrow widths: their class's DW_CHUNK_TARGET one-row chunks)."""
-    narrow = layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
-    windows = cw.DW_CHUNKS["narrow" if narrow else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
-    reach = cw.DW_ONE_ROW_ROWS.get(hidden, cw.DW_CHUNK_TARGET if narrow else cw.DW_RULE_ONE_ROW_ROWS)
+    windows = dw_class_windows(hidden)
+    reach = cw.DW_ONE_ROW_ROWS.get(hidden, cw.DW_CHUNK_TARGET if _is_narrow(hidden) else cw.DW_RULE_ONE_ROW_ROWS)
     return ((reach, reach),) + tuple(w for w in windows if w[0] is None or w[0] > reach)
 
 

@@ -141,7 +141,8 @@ __device__ __forceinline__ void tile_level2(const BackwardArgs& a, int64_t base,
 // dw of one tile in one CTA: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated
 // in row order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns, a
 // warp's BPW blocks side by side; level 2 (the blocks in block order) a column per thread. Every
-// thread of the CTA calls it (one CTA barrier inside, and one before `blocks` could be reused).
+// thread of the CTA calls it (one CTA barrier inside; a CTA sums one tile, so `blocks` is never
+// reused).
 template <int DEPTH, int BPW>
 __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t tile, double2* blocks) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -154,7 +155,6 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
   }
   __syncthreads();
   tile_level2(a, base, blocks, nb);
-  __syncthreads();
 }
 
 // dw of one tile split over a cluster of `csize` CTAs (rank `rank`): the cluster's warps take
@@ -301,25 +301,18 @@ inline cudaError_t launch_fused_items(void (*kernel)(BackwardArgs, int64_t), con
   const int64_t per = launch_cta_limit(a.max_ctas) / csize * csize;
   for (int64_t i0 = 0; i0 < items; i0 += per) {
     const int64_t n = items - i0 < per ? items - i0 : per;
-    if (csize == 1) {
-      kernel<<<static_cast<unsigned>(n), threads, smem, a.stream>>>(a, i0);
-    } else {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(static_cast<unsigned>(n));
-      cfg.blockDim = dim3(static_cast<unsigned>(threads));
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = a.stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, i0);
-      if (e != cudaSuccess) return e;
-    }
-    const cudaError_t e = cudaGetLastError();
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim = {static_cast<unsigned>(csize), 1, 1};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(n));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = a.stream;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = csize > 1 ? 1 : 0;  // one CTA a tile: a plain launch
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, i0);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
