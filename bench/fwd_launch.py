@@ -1,14 +1,16 @@
 """The forward's launch rule against the launches it chooses between, over token counts (GPU).
 
     python bench/fwd_launch.py [--out DIR] [--widths 256,512,...] [--tokens 1,16,...]
-                               [--cta-rows 1,2] [--ctas-per-sm 2,4]
+                               [--cta-rows 1,2] [--ctas-per-sm 2,4] [--packed [--pack-cta-rows 8,16]]
+                               [--variant plain|fp32w|residual]
 
 For each width and token count the forward is timed (the benchmark's method: CUPTI
 kernel-active time, cold L2, median of 30) as the package launches it (cake_jit.fwd_cta_rows,
 and the launcher's choice of wide rows), with narrow rows and with wide rows (each at the rows per
 CTA of cake_jit.fwd_cta_rows for that width of row), and with narrow full CTAs (rows_per_cta rows,
 the launch before the rules); --cta-rows and --ctas-per-sm add narrow launches of fewer rows per
-CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows). The route's
+CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows), --packed packed
+rows (a thread holding layout.FWD_PACK canonical threads, where the width builds them). The route's
 engine is kept, but wide rows are timed with weights in registers (the only engine that has
 them). Every launch's y and rstd are compared bit for bit: the launch may never change a bit.
 """
@@ -39,6 +41,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--cta-rows", default="", help="also narrow launches of these rows per CTA (e.g. 1,2)")
     ap.add_argument("--ctas-per-sm", default="", help="also narrow full CTAs capped at k * SMs (a striding grid)")
+    ap.add_argument("--packed", action="store_true", help="also packed rows where built, at the rule's CTA "
+                    "size for their span and at --pack-cta-rows")
+    ap.add_argument("--pack-cta-rows", default="", help="packed rows' CTA sizes beside the rule's (e.g. 8,16)")
+    ap.add_argument("--variant", default="plain", choices=["plain", "fp32w", "residual"],
+                    help="the rows timed: BF16 weight, FP32 weight, or BF16 weight with the residual")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -52,38 +59,47 @@ def main(argv=None) -> int:
         has_wide = cake_jit.fwd_has_wide(h)
         for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
-            w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
-            engine = crd.explain_route("fwd", h, t).engine
+            w = (torch.rand(h, device=dev) + 0.5).to(torch.float32 if a.variant == "fp32w" else torch.bfloat16)
+            res = torch.randn(t, h, device=dev).to(torch.bfloat16) if a.variant == "residual" else None
+            engine = crd.explain_route("fwd", h, t, w.dtype, res is not None).engine
+            pack = cake_jit.fwd_pack(h, t)
             launches = {"rule": contextlib.nullcontext,
-                        "narrow": lambda: crd.force_wide(False),
-                        "full": lambda: _stack(crd.force_wide(False), crd.force_cta_rows(rpc))}
+                        "narrow": lambda: _stack(crd.force_wide(False), crd.force_pack(1)),
+                        "full": lambda: _stack(crd.force_wide(False), crd.force_pack(1), crd.force_cta_rows(rpc))}
+            if a.packed and layout.fwd_has_pack(h):
+                p = layout.FWD_PACK
+                prpc = layout.rows_per_cta(layout.fwd_row_span(h, False, p))
+                for r in (cake_jit.fwd_cta_rows(h, t, sms, pack=p),) + bench.int_list(a.pack_cta_rows):
+                    if r <= prpc:
+                        launches[f"pack{p}/{r}"] = lambda r=r: _stack(crd.force_pack(p), crd.force_cta_rows(r))
             for r in bench.int_list(a.cta_rows):
                 if r < rpc:
-                    launches[f"rows{r}"] = lambda r=r: _stack(crd.force_wide(False), crd.force_cta_rows(r))
+                    launches[f"rows{r}"] = lambda r=r: _stack(crd.force_wide(False), crd.force_pack(1),
+                                                              crd.force_cta_rows(r))
             for k in bench.int_list(a.ctas_per_sm):
-                launches[f"cap{k}"] = lambda k=k: _stack(crd.force_wide(False), crd.force_cta_rows(rpc),
-                                                        crd.cap_ctas(k * sms))
+                launches[f"cap{k}"] = lambda k=k: _stack(crd.force_wide(False), crd.force_pack(1),
+                                                        crd.force_cta_rows(rpc), crd.cap_ctas(k * sms))
             if has_wide:
-                launches["wide"] = lambda: _stack(crd.force_wide(True), crd.force_engine("regs"),
+                launches["wide"] = lambda: _stack(crd.force_wide(True), crd.force_pack(1), crd.force_engine("regs"),
                                                   crd.force_cta_rows(cake_jit.fwd_cta_rows(h, t, sms, True)))
             us, outs = {}, {}
             for name, ctx in launches.items():
                 with ctx():
-                    outs[name] = [o.clone() for o in crd.forward(x, w, 1e-6)]
-                    us[name] = timer(lambda: crd.forward(x, w, 1e-6))
+                    outs[name] = [o.clone() for o in crd.forward(x, w, 1e-6, residual=res)]
+                    us[name] = timer(lambda: crd.forward(x, w, 1e-6, residual=res))
             if not all(torch.equal(p, q) for n in outs for p, q in zip(outs["rule"], outs[n])):
                 bad += 1
                 print(f"  BITS DIFFER: [{t},{h}]", flush=True)
-            rule = f"{engine}/{cake_jit.fwd_cta_rows(h, t, sms)}"
-            rows.append({"T": t, "H": h, "rule": rule, "engine": engine, "us": us})
+            rule = f"{engine}/{cake_jit.fwd_cta_rows(h, t, sms, pack=pack)}" + (f"/pack{pack}" if pack > 1 else "")
+            rows.append({"T": t, "H": h, "variant": a.variant, "rule": rule, "engine": engine, "us": us})
             wn = f"{us['wide'] / us['narrow']:.3f}" if "wide" in us else "-"
             shape = f"[{t},{h}]"
-            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("rows", "cap")))
+            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("rows", "cap", "pack")))
             print(f"{shape:16s} {rule:>12s} {us['rule']:8.3f} {us['narrow']:8.3f} {us.get('wide', float('nan')):8.3f} "
                   f"{us['full']:8.3f}  {wn}{extra}", flush=True)
             del x
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    Path(a.out, "fwd-launch.json").write_text(json.dumps(rows, indent=1))
+    Path(a.out, f"fwd-launch{'' if a.variant == 'plain' else '-' + a.variant}.json").write_text(json.dumps(rows, indent=1))
     print(f"bits: {'all equal' if bad == 0 else f'{bad} launches differ'}")
     return 1 if bad else 0
 

@@ -1,4 +1,4 @@
-"""One small call of each form and engine (forward regs/l1, narrow and wide rows; backward
+"""One small call of each form and engine (forward regs/l1, narrow, wide and packed rows; backward
 direct/ring in the fused, single and pair forms, one row in one CTA; residual; a strided view; a
 generic width; the fused form on a capped grid and with its dw tiles split over clusters), for
 compute-sanitizer."""
@@ -8,7 +8,7 @@ import contextlib
 import torch
 
 import cake_rmsnorm_det as crd
-from cake_rmsnorm_det import cake_jit
+from cake_rmsnorm_det import cake_jit, layout
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
@@ -21,6 +21,10 @@ for hidden, rows in ((256, 1), (1536, 1), (1000, 1), (256, 4), (256, 8), (256, 2
     for wide in (False, True) if cake_jit.fwd_has_wide(hidden) else (False,):
         with crd.force_engine("regs"), crd.force_wide(wide):
             crd.forward(x, w, 1e-6, residual=r)
+    if layout.fwd_has_pack(hidden):  # packed rows, both engines, a partial last CTA
+        for fe in ("regs", "l1"):
+            with crd.force_engine(fe), crd.force_pack(layout.FWD_PACK):
+                crd.forward(x, w, 1e-6, residual=r)
     for fe, be in (("regs", "direct"), ("l1", "ring")):
         with crd.force_engine(fe):
             y, h, rstd = crd.forward(x, w, 1e-6, residual=r)

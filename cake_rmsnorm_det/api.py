@@ -34,6 +34,7 @@ class _Knobs(threading.local):
     engine: Optional[str] = None
     cta_rows: int = 0
     wide: Optional[bool] = None
+    pack: int = 0
     tile_cluster: int = 0
 
 
@@ -98,6 +99,16 @@ def force_wide(on: bool) -> contextlib.AbstractContextManager:
     rows exist for the qualified widths of more than one slice per thread, weights in registers
     (force_engine('regs') where the route's window says 'l1')."""
     return _knob("wide", bool(on))
+
+
+def force_pack(n: int) -> contextlib.AbstractContextManager:
+    """Launch every forward of this thread with packed rows, `n` = layout.FWD_PACK canonical threads
+    per thread (where layout.fwd_has_pack: H 256's program), or canonical rows (`n` = 1), in place of
+    the route's choice (measurements, tests: the bits must not change). A program without packed
+    rows raises at launch."""
+    if n not in (1, layout.FWD_PACK):
+        raise ValueError(f"a pack is 1 or {layout.FWD_PACK}, got {n}")
+    return _knob("pack", int(n))
 
 
 def _engine(pass_: str, window_engine: str) -> int:
@@ -332,12 +343,13 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     w = _aligned(weight)
     r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
     wide = _knobs.wide is True
-    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide, arch)
+    pack = _knobs.pack or (1 if wide else cake_jit.fwd_pack(hidden, rows, arch))
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide, arch, pack)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], _knobs.max_ctas,
+              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], pack, _knobs.max_ctas,
               _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 

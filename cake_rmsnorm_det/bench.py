@@ -214,7 +214,8 @@ def run(args) -> list[dict]:
         variants = [(v.split(":")[0], v.split(":")[1] == "1") for v in args.variants.split(",")]
     todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick) for wd, res in variants
             if not (args.quick and (wd, res) == ("fp32", True))
-            and args.min_tokens <= s["T"] <= (args.max_tokens or s["T"])]
+            and args.min_tokens <= s["T"] <= (args.max_tokens or s["T"])
+            and (not args.widths or s["H"] in int_list(args.widths))]
     t_start = time.perf_counter()
     for i, (pass_, s, wd, res) in enumerate(todo, 1):
         x = make_input(s, device)
@@ -306,6 +307,7 @@ def _main(argv=None) -> int:
                     "and against the baselines of either run")
     ap.add_argument("--max-tokens", type=int, default=0, help="only the shapes of at most this many tokens")
     ap.add_argument("--min-tokens", type=int, default=0, help="only the shapes of at least this many tokens")
+    ap.add_argument("--widths", default="", help="only the shapes of these widths, e.g. 256,512 (the head views are 256)")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args(argv)
     a.passes = a.passes.split(",")

@@ -238,15 +238,25 @@ def fwd_has_wide(hidden: int) -> bool:
     return hidden in QUALIFIED_WIDTHS and layout.fwd_row_span(hidden, True) > layout.fwd_row_span(hidden, False)
 
 
+def fwd_pack(hidden: int, rows: int, arch: str = "sm_90a") -> int:
+    """Canonical threads per thread of the forward's rows for `rows` rows: the measured pack from its
+    row count on (cake_windows.MEASURED_FWD_PACKS), else 1 (the canonical rows). Packed rows change
+    no bit (forward.cuh), only the threads a row takes."""
+    if hidden not in QUALIFIED_WIDTHS:
+        return 1
+    measured = cw.fwd_measured_pack(arch, hidden)
+    return measured[0][0] if measured and rows >= measured[0][1] else 1
+
+
 @lru_cache(maxsize=4096)
-def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str = "sm_90a") -> int:
-    """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: narrow rows
-    take the measured CTA size from its row count on (cake_windows.MEASURED_FWD_CTA_ROWS); else
-    the spread rule while few rows, full CTAs past them."""
-    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide))
+def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str = "sm_90a", pack: int = 1) -> int:
+    """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: narrow
+    canonical rows take the measured CTA size from its row count on
+    (cake_windows.MEASURED_FWD_CTA_ROWS); else the spread rule while few rows, full CTAs past them."""
+    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide, pack))
     if rows <= 0 or sms <= 0:
         return rpc
-    measured = None if wide else cw.fwd_measured_cta_rows(arch, hidden)
+    measured = None if wide or pack > 1 else cw.fwd_measured_cta_rows(arch, hidden)
     if measured and rows >= measured[0][1]:
         return min(measured[0][0], rpc)
     if rows > FWD_SPREAD_WAVES * sms * rpc:

@@ -40,10 +40,23 @@ def fwd_row_layout(hidden: int) -> tuple[int, int]:
     return threads, ceil(vecs / threads)
 
 
-def fwd_row_span(hidden: int, wide: bool) -> int:
-    """Threads of one forward row: the layout's threads, times its vectors per thread when wide."""
+FWD_PACK = 2  # args.cuh kFwdPack: canonical threads per thread of packed forward rows
+FWD_MAX_PACK_SLICES = 2  # args.cuh kFwdMaxPackSlices
+
+
+def fwd_has_pack(hidden: int) -> bool:
+    """Whether a fixed-width forward program of `hidden` builds packed rows (forward.cuh, has_pack):
+    its canonical row is one warp, tiled exactly, and a packed thread holds at most
+    FWD_MAX_PACK_SLICES slices. (The generic program has none.)"""
     threads, vpt = fwd_row_layout(hidden)
-    return threads * vpt if wide else threads
+    return threads == 32 and threads * vpt * 8 == hidden and FWD_PACK * vpt <= FWD_MAX_PACK_SLICES
+
+
+def fwd_row_span(hidden: int, wide: bool, pack: int = 1) -> int:
+    """Threads of one forward row: the layout's threads, times its vectors per thread when wide,
+    over `pack` when packed (a thread holding `pack` canonical threads)."""
+    threads, vpt = fwd_row_layout(hidden)
+    return threads * vpt if wide else threads // pack
 
 
 def rows_per_cta(row_threads: int) -> int:
@@ -91,19 +104,22 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
                   engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
-                  split_tiles: bool = False) -> str:
+                  split_tiles: bool = False, pack: int = 1) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
     `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
-    `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster."""
+    `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster;
+    `pack`: the forward's canonical threads per thread (packed rows, cake_jit.fwd_pack)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
-        cta_rows = cta_rows or rpc
+        span = threads // pack
+        cta_rows = cta_rows or rows_per_cta(span)
         wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
         on = f" on {sms} SMs" if sms else ""
-        text = (f"forward_kernel: {threads * cta_rows} threads/CTA = {cta_rows} row(s) x {threads} threads x "
-                f"{vpt} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}; grid ceil(rows/{cta_rows})")
+        packed = "" if pack == 1 else f" ({pack} canonical threads each: packed rows, cake_jit.fwd_pack)"
+        text = (f"forward_kernel: {span * cta_rows} threads/CTA = {cta_rows} row(s) x {span} threads{packed} x "
+                f"{vpt * pack} vec16 (rows per CTA{on}: cake_jit.fwd_cta_rows); {wl}; grid ceil(rows/{cta_rows})")
         if wide:
             text += (f"; or, while every row is resident at once and at most 8 per SM (the launcher's "
                      f"occupancy query), wide rows: 1 row x {threads * vpt} threads x 1 vec16 per CTA, "

@@ -84,6 +84,12 @@ def test_knobs_restore_and_check():
     with pytest.raises(ValueError):
         with crd.force_form("diagonal"):
             pass
+    for bad in (0, 3, 4):
+        with pytest.raises(ValueError, match="pack"):
+            crd.force_pack(bad)
+    with crd.force_pack(2), crd.force_tile_cluster(2):
+        assert api._knobs.pack == 2 and api._knobs.tile_cluster == 2
+    assert api._knobs.pack == 0 and api._knobs.tile_cluster == 0
 
 
 def test_reference_math_agrees_with_fp64():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cake_rmsnorm_det as crd
-from cake_rmsnorm_det import cake_jit, layout, reference as ref
+from cake_rmsnorm_det import cake_jit, cake_windows, layout, reference as ref
 from cake_rmsnorm_det.programs import current_arch
 
 from helpers import QUALIFIED, assert_close_bf16, assert_dx_close, bits_equal, make, run_backward, run_forward
@@ -299,6 +299,40 @@ def test_forward_cta_sizes_agree(hidden, variant, device):
                             f"{name} differs at {rows} rows: {cta_rows} rows/CTA, wide {wide}, cap {cap}"
 
 
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view", "two_level"])
+def test_forward_packed_rows_agree(variant, device):
+    """Packed rows (a thread holding two canonical threads of an H 256 row) give the canonical rows'
+    y, h_new and rstd bits, into poisoned outputs: both weight engines, full and partial CTAs, under
+    a CTA cap, on a strided view, on a two-level view (a [T, 3, 256] slice of [T, 4, 256]), with rows
+    past the last CTA's end, and as the route takes them past its edge."""
+    hidden = 256
+    residual = variant == "res_fp32w"
+    wdtype = torch.float32 if residual else torch.bfloat16
+    assert layout.fwd_has_pack(hidden) and cake_jit.fwd_pack(hidden, 10**6) == layout.FWD_PACK
+    edge = cake_windows.fwd_measured_pack(current_arch(), hidden)[0][1]
+    for rows in (1, 37, 300, 4099, edge + 5):
+        x, r, w, _, _ = make(rows, hidden, wdtype, residual, device, seed=rows + hidden + 1)
+        if variant == "query_view":
+            x = torch.randn(rows, 3, 512, device=device).to(torch.bfloat16)[:, :, :256]
+        elif variant == "two_level":
+            x = torch.randn(rows, 4, 256, device=device).to(torch.bfloat16)[:, :3]
+        with crd.force_pack(1), crd.force_wide(False):
+            base = run_forward(x, w, EPS, r)
+        routed = run_forward(x, w, EPS, r)  # packed past the edge
+        for name, a, b in zip(("y", "h_new", "rstd"), base, routed):
+            assert a is None or bits_equal(a, b), f"{name} differs at {rows} rows: the route's launch"
+        pack = layout.FWD_PACK
+        rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False, pack))
+        for engine in ("regs", "l1"):
+            for cta_rows, cap in ((rpc, 0), (rpc // 2 - 1, 0), (1, 0), (rpc, 3)):
+                with crd.force_pack(pack), crd.force_engine(engine), crd.force_cta_rows(cta_rows), \
+                        (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                    out = run_forward(x, w, EPS, r)
+                for name, a, b in zip(("y", "h_new", "rstd"), base, out):
+                    assert a is None or bits_equal(a, b), \
+                        f"{name} differs at {rows} rows: packed, {engine}, {cta_rows} rows/CTA, cap {cap}"
+
+
 def test_forward_cta_size_is_checked(device):
     x = torch.randn(4, 256, device=device).to(torch.bfloat16)
     w = torch.ones(256, device=device, dtype=torch.bfloat16)
@@ -313,6 +347,18 @@ def test_forward_cta_size_is_checked(device):
         w = torch.ones(hidden, device=device, dtype=torch.bfloat16)
         with crd.force_wide(True), crd.force_engine(engine), pytest.raises(RuntimeError, match="forward launch"):
             crd.forward(x, w, EPS)
+    for hidden in (512, 4096, 1000):  # no packed rows built there
+        assert not layout.fwd_has_pack(hidden)
+        x = torch.randn(4, hidden, device=device).to(torch.bfloat16)
+        w = torch.ones(hidden, device=device, dtype=torch.bfloat16)
+        with crd.force_pack(layout.FWD_PACK), pytest.raises(RuntimeError, match="forward launch"):
+            crd.forward(x, w, EPS)
+    x = torch.randn(4, 256, device=device).to(torch.bfloat16)
+    w = torch.ones(256, device=device, dtype=torch.bfloat16)
+    with crd.force_pack(2), crd.force_cta_rows(33), pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # 32 packed rows of 16 threads fill a CTA
+    with crd.force_pack(2), crd.force_wide(True), pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # packed rows are narrow
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (8192,))

@@ -208,9 +208,16 @@ def test_routes_cli_all_table():
 _MIRROR = r"""
 #include <cstdio>
 #include "cake/backward_fused.cuh"
+#include "cake/forward.cuh"
 #include "cake/layout.cuh"
+template <int H>
+void packs() {
+  std::printf("pack %d %d %d %d\n", H, int(cake::has_pack<H>()), cake::kFwdPack, cake::kFwdMaxPackSlices);
+}
 int main() {
   std::printf("%d %d\n", cake::kOneRowMaxHidden, cake::kTileCols);
+  packs<8>(); packs<200>(); packs<256>(); packs<512>(); packs<768>(); packs<1024>(); packs<1536>();
+  packs<2048>(); packs<4096>(); packs<5120>(); packs<6144>();
   const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
   const int cluster_hs[] = {256, 512, 1536, 2048, 4096, 6144};
   for (int h : cluster_hs)
@@ -238,7 +245,11 @@ def test_python_layout_mirrors_the_header(tmp_path):
     first, *lines = out.strip().splitlines()
     assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS)
     clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
-    lines = [line for line in lines if not line.startswith("cluster ")]
+    packs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("pack ")]
+    lines = [line for line in lines if not line.startswith(("cluster ", "pack "))]
+    assert len(packs) == 11 and any(has for _, has, _, _ in packs)
+    for h, has, pack, slices in packs:
+        assert layout.fwd_has_pack(h) == bool(has) and (pack, slices) == (layout.FWD_PACK, layout.FWD_MAX_PACK_SLICES), h
     assert clusters and any(int(c) > 1 for _, _, c in clusters)
     for r, h, c in clusters:
         assert layout.fused_tile_cluster(int(r), int(h)) == int(c), (r, h)
@@ -289,6 +300,30 @@ def test_forward_measured_cta_sizes():
         assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
     wide_rpc = layout.rows_per_cta(layout.fwd_row_span(2048, True))
     assert cake_jit.fwd_cta_rows(2048, 10**6, 132, True) == wide_rpc
+
+
+def test_forward_packed_rows_rule():
+    """Packed rows run from their measured row count on, only where the program builds them (a
+    qualified width), with CTAs of packed rows; Blackwell archs take the sm_90a edge marked
+    unmeasured, and explain_route names the packed launch and its evidence."""
+    assert cake_windows.MEASURED_FWD_PACKS, "H 256's packed rows are measured"
+    for (arch, hidden), ((pack, start), ev) in cake_windows.MEASURED_FWD_PACKS.items():
+        assert arch == "sm_90a" and pack == layout.FWD_PACK and layout.fwd_has_pack(hidden)
+        assert hidden in cake_jit.QUALIFIED_WIDTHS and ev.measured and "bench/fwd_launch.py" in ev.line()
+        assert cake_jit.fwd_pack(hidden, start - 1) == 1 and cake_jit.fwd_pack(hidden, start) == pack
+        assert cake_jit.fwd_pack(hidden, 10**7) == pack
+        prpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False, pack))
+        assert prpc == 2 * layout.rows_per_cta(layout.fwd_row_span(hidden, False))
+        assert cake_jit.fwd_cta_rows(hidden, 10**6, 132, pack=pack) == prpc
+        for bw in ("sm_100a", "sm_103a"):
+            got = cake_windows.fwd_measured_pack(bw, hidden)
+            assert got[0] == (pack, start) and not got[1].measured and "never measured" in got[1].line()
+        info = routes.explain_route("fwd", hidden, start, arch="sm_90a")
+        assert "packed rows" in info.launch and f"packed rows from {start} rows" in info.evidence
+        assert "packed rows" not in routes.explain_route("fwd", hidden, start - 1, arch="sm_90a").launch
+    for hidden in cake_jit.QUALIFIED_WIDTHS + (1000,):
+        if cake_windows.fwd_measured_pack("sm_90a", hidden) is None:
+            assert cake_jit.fwd_pack(hidden, 10**7) == 1
 
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))

@@ -28,6 +28,7 @@ struct ForwardArgs {
   int engine;                     // kWeightRegs or kWeightL1 (fixed widths; generic re-reads L1)
   int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
   int wide;                       // kNarrowRows, kWideRows (one slice per thread) or kAutoRows
+  int pack;                       // canonical threads per thread: 1, or kFwdPack (packed rows)
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };
@@ -39,6 +40,13 @@ enum ForwardEngine : int { kWeightRegs = 0, kWeightL1 = 1 };
 // Forward rows: narrow (the canonical threads, up to four slices each), wide (one slice per
 // thread: a row on threads * vpt threads; the same bits), or the launcher's choice between them.
 enum ForwardRows : int { kNarrowRows = 0, kWideRows = 1, kAutoRows = 2 };
+
+// Packed forward rows (forward.cuh, has_pack): the canonical threads a thread of them holds, and
+// the most slices that makes. Measured (H200, bench/fwd_launch.py --packs 2,4): two canonical
+// threads of one slice each win at many rows of H 256; four, or pairs of two-slice threads (H 512),
+// won nowhere by more than the noise, so they are not built.
+constexpr int kFwdPack = 2;
+constexpr int kFwdMaxPackSlices = 2;
 
 // Backward engines: rows into registers a row ahead (direct), or through a shared-memory ring of
 // bulk copies (ring).

@@ -61,7 +61,7 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
                         TensorView h_out, TensorView rstd, int64_t rows, int64_t hidden, int64_t d1,
                         int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, double eps,
                         bool has_residual, int64_t engine, int64_t cta_rows, int64_t wide,
-                        int64_t max_ctas, int64_t stream) {
+                        int64_t pack, int64_t max_ctas, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(x, "x");
   check_bf16(y, "y");
@@ -89,6 +89,10 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
   a.cta_rows = static_cast<int>(cta_rows);
   if (wide < kNarrowRows || wide > kAutoRows) TVM_FFI_THROW(ValueError) << "bad forward launch: wide=" << wide;
   a.wide = static_cast<int>(wide);
+  if (pack != 1 && pack != kFwdPack) {
+    TVM_FFI_THROW(ValueError) << "bad forward launch: pack=" << pack;
+  }
+  a.pack = static_cast<int>(pack);
   a.max_ctas = static_cast<int>(max_ctas);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   if (rows == 0) return;

@@ -41,14 +41,28 @@ constexpr int fwd_min_ctas() {
   return HC >= 5120 && !RES && !WREGS && !WIDE ? 3 : 0;
 }
 
-template <int HC, typename WT, bool RES, bool WREGS, bool WIDE>
+// PACK > 1: packed rows, a thread holding PACK canonical threads of a row that the canonical
+// layout puts in one warp (RowGeom::pack): the row takes 32 / PACK threads, each thread PACK times
+// the loads in flight, and the row's rsqrt and address are shared by PACK times the elements.
+// The bits are the canonical row's: each held canonical thread's sum runs the butterfly's levels
+// below the span with its own group of lanes, and the thread adds the groups in the tree's order.
+template <int HC>
+__host__ __device__ constexpr bool has_pack() {
+  constexpr RowLayout L = fwd_row_layout(HC > 0 ? HC : 8);
+  return HC > 0 && L.threads == 32 && L.threads * L.vpt * kVec == HC && kFwdPack * L.vpt <= kFwdMaxPackSlices;
+}
+
+template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int PACK = 1>
 __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_ctas<HC, RES, WREGS, WIDE>()))
     forward_kernel(const ForwardArgs a) {
-  using Geom = RowGeom<true>;
-  Geom G = Geom::make<HC>(a.hidden);
+  static_assert(PACK == 1 || (PACK == kFwdPack && has_pack<HC>() && !WIDE), "packed rows: one-warp rows of an exact tiling");
+  using Geom = RowGeom<true, PACK>;
+  Geom G = Geom::template make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
   if constexpr (WIDE) G.widen();
-  constexpr int VMAX = WIDE ? 1 : Geom::vmax<HC>();  // slices per thread
+  if constexpr (PACK > 1) G.pack();
+  constexpr int SL = WIDE ? 1 : Geom::template vmax<HC>();  // slices per canonical thread held
+  constexpr int VMAX = SL * PACK;                             // slices per thread
   constexpr int N = RES ? 2 : 1;
   const WT* wp = static_cast<const WT*>(a.w);
   __shared__ double slots[kCtaThreads / 32];
@@ -61,7 +75,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
     src[N - 1] = a.residual;
     views[N - 1] = a.rv;
   }
-  WeightSlice<WT> w[WIDE ? 1 : Geom::wregs<HC, WREGS>()];
+  WeightSlice<WT> w[WIDE ? 1 : PACK * Geom::template wregs<HC, WREGS>()];
   G.template load_weights<WREGS>(wp, w);
 
   const double inv_hidden = 1.0 / double(G.hidden);
@@ -70,8 +84,11 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   const bool live = row < a.rows;
   RowData<VMAX, N> cur;
   cur.load(G, src, views, row, live);
-  // The thread's slices' sums of squares, each a short chain of its own, added in slice order.
-  double ss = 0.0;
+  // Each canonical thread's slices' sums of squares (each a short chain of its own) added in slice
+  // order, one per canonical thread held.
+  double lane[PACK];
+#pragma unroll
+  for (int p = 0; p < PACK; ++p) lane[p] = 0.0;
 #pragma unroll
   for (int i = 0; i < VMAX; ++i) {
     if (live && G.holds(i)) {
@@ -84,10 +101,23 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
         cur.v[0][i] = pack(xf);  // normalize the BF16 h that is returned, not the FP32 sum
         store_pack(a.h_out + row * G.hidden + G.col_of(i), cur.v[0][i]);
       }
-      ss += pack_squares(cur.v[0][i]);
+      lane[i / SL] += pack_squares(cur.v[0][i]);
     }
   }
-  if constexpr (WIDE) {
+  double ss = lane[0];
+  if constexpr (PACK > 1) {
+    // The butterfly's levels of offsets below the span, over each held canonical thread's group of
+    // span lanes; then its last levels (groups p and p + 1, then pairs of those, ...) are the
+    // thread's own adds. No barrier: a packed row is within one warp.
+#pragma unroll
+    for (int p = 0; p < PACK; ++p) lane[p] = warp_allsum<double, 32 / PACK>(lane[p]);
+#pragma unroll
+    for (int s = 1; s < PACK; s <<= 1) {
+#pragma unroll
+      for (int p = 0; p < PACK; p += 2 * s) lane[p] += lane[p + s];
+    }
+    ss = lane[0];
+  } else if constexpr (WIDE) {
     // Slice 0's thread adds the other slices' sums in slice order (each is 0.0 + its pack's
     // sum, as in the narrow thread), then only the canonical threads' warps post.
     slices[threadIdx.x] = ss;
@@ -173,8 +203,25 @@ inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const Forwar
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
+// Packed rows (a.pack, chosen by the caller: cake_jit.fwd_pack).
+template <int HC, typename WT, bool RES, bool WREGS>
+cudaError_t launch_forward_packed(const ForwardArgs& a) {
+  if constexpr (has_pack<HC>()) {
+    const int span = fwd_row_layout(HC).threads / kFwdPack;  // threads per row
+    const int rpc = rows_per_cta(span);
+    if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
+    const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
+    return launch_forward_rows(forward_kernel<HC, WT, RES, WREGS, false, kFwdPack>, a, cta_rows, cta_rows * span);
+  }
+  return cudaErrorInvalidValue;
+}
+
 template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
+  if (a.pack != 1) {
+    if (a.pack != kFwdPack || a.wide == kWideRows) return cudaErrorInvalidValue;
+    return launch_forward_packed<HC, WT, RES, WREGS>(a);
+  }
   if constexpr (has_wide<HC>()) {
     if (a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
       ForwardArgs w = a;

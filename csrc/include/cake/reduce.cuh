@@ -5,10 +5,14 @@
 namespace cake {
 
 // Butterfly over the 32 lanes: a fixed pairwise tree whose result is bitwise the same on every lane.
-template <typename T>
+// It is a tree over the lanes in index order, adjacent ones first (each pair's sum is the same
+// either way round). LANES < 32 runs only its first levels (offsets 1 .. LANES/2): the sum of each
+// aligned group of LANES lanes, whose groups a caller then adds in the tree's order.
+template <typename T, int LANES = 32>
 __device__ __forceinline__ T warp_allsum(T v) {
+  static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "a butterfly over 2^k lanes");
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 1; o < LANES; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 

@@ -8,7 +8,8 @@
 
 namespace cake {
 
-template <bool kForward>
+// PACK > 1 (packed forward rows): the thread holds PACK canonical threads of one row (pack()).
+template <bool kForward, int PACK = 1>
 struct RowGeom {
   int hidden, vecs, threads, vpt, rpc, warps, group, t;
   int k0;  // the first of the canonical thread's slices this thread holds (0 but in wide forward rows)
@@ -50,12 +51,25 @@ struct RowGeom {
     rpc = static_cast<int>(blockDim.x) / span;
   }
 
-  // Slice index i of this thread's registers is the canonical thread's slice k = k0 + i.
+  // Packed forward rows (a row whose canonical threads are one warp, tiled exactly): a row on
+  // span = threads / PACK threads, thread t holding canonical threads t, t + span, t + 2 span, ...
+  // (so that each load instruction of a row's threads still reads consecutive 16-byte vectors).
+  __device__ __forceinline__ void pack() {
+    const int span = threads / PACK;
+    group = threadIdx.x / span;
+    t = threadIdx.x % span;
+    rpc = static_cast<int>(blockDim.x) / span;
+  }
+
+  // Slice index i of this thread's registers is the canonical thread's slice k = k0 + i; packed,
+  // slice i % vpt of canonical thread t + (i / vpt) * span (every slice held: the tiling is exact).
   __device__ __forceinline__ int vec(int k) const { return t + k * threads; }
   __device__ __forceinline__ bool owns(int k) const { return k < vpt && vec(k) < vecs; }
   __device__ __forceinline__ int64_t col(int k) const { return int64_t(vec(k)) * kVec; }
-  __device__ __forceinline__ bool holds(int i) const { return owns(k0 + i); }
-  __device__ __forceinline__ int64_t col_of(int i) const { return col(k0 + i); }
+  __device__ __forceinline__ bool holds(int i) const { return PACK > 1 || owns(k0 + i); }
+  __device__ __forceinline__ int64_t col_of(int i) const {
+    return PACK > 1 ? int64_t(t + i / vpt * (threads / PACK) + i % vpt * threads) * kVec : col(k0 + i);
+  }
 
   template <bool REGS, typename WT, int VW>
   __device__ __forceinline__ void load_weights(const WT* w, WeightSlice<WT> (&wr)[VW]) const {
