@@ -302,13 +302,14 @@ MEASURED_FWD_PACKS: dict[tuple[str, int], tuple[tuple[int, int], Evidence]] = {
     ("sm_90a", 256): ((2, 32768), Evidence(
         measured=True, gpu=H200, sms=132, date="2026-12-04", below="fwd_h256 canonical rows (16 a CTA)",
         above="fwd_h256 packed rows (2 canonical threads a thread, 32 rows a CTA) from 32768 rows",
-        ratio="packed / canonical = 0.958 at T=32768 (10.61 vs 11.07 us), 0.976 at 65536 (19.18 vs 19.65), "
+        ratio="packed / canonical = 0.958 at T=32768 (10.61 vs 11.07 us; 0.999, 10.90 vs 10.91, in a third "
+              "run), 0.976 at 65536 (19.18 vs 19.65; 0.959 in the third), "
               "0.964 at 131072 (35.18 vs 36.50), 0.952 at 262144 (68.61 vs 72.06); in a first run 0.962 / 0.954 / "
               "0.956 at 65536 / 131072 / 262144, FP32 weight 0.958 and residual 0.991 at 65536; 1.000 at 16384 "
               "(6.35 us at 8 rows a CTA, 1.06 at the rule's 25), 1.03-1.12 at 256-4096",
         note="bench/fwd_launch.py --packed (CUPTI kernel-active, cold L2, median of 30; bits equal; "
-             "docs/bench/2026-12-04-h200-r22-fwd-packed.json, two runs); the first measured row count where packed "
-             "rows win")),
+             "docs/bench/2026-12-04-h200-r22-fwd-packed.json, three runs); the first measured row count where packed "
+             "rows win or tie")),
 }
 
 
