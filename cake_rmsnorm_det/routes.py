@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import cake_jit
+from . import cake_jit, cake_windows
 from .programs import SUPPORTED_ARCHS, current_arch, find_built, sm_count
 from .layout import launch_config
 
@@ -79,7 +79,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
 
 def _pack_evidence(pass_: str, hidden: int, arch: str) -> str:
     """Why the forward packs its rows from a row count on (cake_windows.MEASURED_FWD_PACKS), if it does."""
-    hit = cake_jit.cw.fwd_measured_pack(arch, hidden) if pass_ == "fwd" else None
+    hit = cake_windows.fwd_measured_pack(arch, hidden) if pass_ == "fwd" else None
     return "" if hit is None else f"; packed rows from {hit[0][1]} rows: {hit[1].line()}"
 
 

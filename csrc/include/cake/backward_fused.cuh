@@ -370,23 +370,19 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   constexpr int kBpw = tile_blocks_per_warp(HC);
   constexpr int kSplitBpw = split_blocks_per_warp(HC);
   constexpr bool kDeep = DEPTH != tile_depth(HC, false);
-  cudaError_t e = cudaSuccess;
   const int csize = fused_cluster_of(a, HC > 0, threads / 32, kSplitBpw);
-  if (csize > 1) {
-    auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kSplitBpw, true>;
-    resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
-    if (e != cudaSuccess) return e;
-    return launch_fused_items(kernel, a, fused_tiles(a.hidden) * csize + row_ctas, threads, smem, csize);
-  }
   auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kDeep ? kBpw : 1>;
-  if constexpr (kBpw > 1 && !kDeep) {
+  if (csize > 1) {
+    kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kSplitBpw, true>;
+  } else if constexpr (kBpw > 1 && !kDeep) {
     if (dw_blocks(a.rows) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
   }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).
+  cudaError_t e = cudaSuccess;
   resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
-  return launch_fused_items(kernel, a, fused_tiles(a.hidden) + row_ctas, threads, smem);
+  return launch_fused_items(kernel, a, fused_tiles(a.hidden) * csize + row_ctas, threads, smem, csize);
 }
 
 // One row of a width up to kOneRowMaxHidden: a single CTA of the row's threads writes dx and dw,

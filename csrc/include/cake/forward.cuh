@@ -203,27 +203,14 @@ inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const Forwar
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
-// Packed rows (a.pack, chosen by the caller: cake_jit.fwd_pack).
-template <int HC, typename WT, bool RES, bool WREGS>
-cudaError_t launch_forward_packed(const ForwardArgs& a) {
-  if constexpr (has_pack<HC>()) {
-    const int span = fwd_row_layout(HC).threads / kFwdPack;  // threads per row
-    const int rpc = rows_per_cta(span);
-    if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
-    const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-    return launch_forward_rows(forward_kernel<HC, WT, RES, WREGS, false, kFwdPack>, a, cta_rows, cta_rows * span);
-  }
-  return cudaErrorInvalidValue;
-}
-
+// a.pack: kFwdPack for packed rows (narrow, chosen by the caller: cake_jit.fwd_pack; the CTA size
+// is then of packed rows), else 1.
 template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
-  if (a.pack != 1) {
-    if (a.pack != kFwdPack || a.wide == kWideRows) return cudaErrorInvalidValue;
-    return launch_forward_packed<HC, WT, RES, WREGS>(a);
-  }
+  const bool packed = a.pack != 1;
+  if (packed && (a.pack != kFwdPack || !has_pack<HC>() || a.wide == kWideRows)) return cudaErrorInvalidValue;
   if constexpr (has_wide<HC>()) {
-    if (a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
+    if (!packed && a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
       ForwardArgs w = a;
       w.wide = kWideRows;
       w.cta_rows = 1;
@@ -233,13 +220,16 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const bool wide = a.wide == kWideRows;
   if (wide && !(has_wide<HC>() && WREGS)) return cudaErrorInvalidValue;
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
-  const int span = wide ? L.threads * L.vpt : L.threads;  // threads per row
+  const int span = wide ? L.threads * L.vpt : L.threads / a.pack;  // threads per row
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
   void (*kernel)(ForwardArgs) = forward_kernel<HC, WT, RES, WREGS, false>;
   if constexpr (has_wide<HC>() && WREGS) {
     if (wide) kernel = forward_kernel<HC, WT, RES, true, true>;
+  }
+  if constexpr (has_pack<HC>()) {
+    if (packed) kernel = forward_kernel<HC, WT, RES, WREGS, false, kFwdPack>;
   }
   return launch_forward_rows(kernel, a, cta_rows, cta_rows * span);
 }
