@@ -2,7 +2,7 @@
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 #                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
-#                            [pytest]
+#                            [context] [pytest]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
@@ -10,7 +10,8 @@
 # fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs; FWDLAUNCH_ARGS).
 # partition: bench/partition.py (the backward's dw partition against chunks of 1, 2, 4, 8 rows).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
-# carried). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
+# carried). context: bench/context.py (each contender after the flush and after another kernel;
+# CONTEXT_ARGS). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
@@ -92,6 +93,9 @@ if has partition; then
 fi
 if has engines; then
   timeout "$(left)" python3 bench/engines.py $ENGINE_ARGS --out "$LOG/engines" 2>&1 | tee "$LOG/engines.log"
+fi
+if has context; then
+  timeout "$(left)" python3 bench/context.py $CONTEXT_ARGS --out "$LOG/context.json" 2>&1 | tee "$LOG/context.log"
 fi
 if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
   SECS=${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats InstructionStats LaunchStats}

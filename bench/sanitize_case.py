@@ -1,7 +1,7 @@
 """One small call of each form and engine (forward regs/l1, narrow, wide and packed rows; backward
-direct/ring in the fused, single and pair forms, one row in one CTA; residual; a strided view; a
-generic width; the fused form on a capped grid and with its dw tiles split over clusters), for
-compute-sanitizer."""
+direct/ring in the fused, single and pair forms, one row in one CTA; rows read into L1 or streamed;
+residual; a strided view; a generic width; the fused form on a capped grid and with its dw tiles
+split over clusters), for compute-sanitizer."""
 
 import contextlib
 
@@ -25,11 +25,12 @@ for hidden, rows in ((256, 1), (1536, 1), (1000, 1), (256, 4), (256, 8), (256, 2
         for fe in ("regs", "l1"):
             with crd.force_engine(fe), crd.force_pack(layout.FWD_PACK):
                 crd.forward(x, w, 1e-6, residual=r)
-    for fe, be in (("regs", "direct"), ("l1", "ring")):
-        with crd.force_engine(fe):
+    for (fe, be), l1 in zip((("regs", "direct"), ("l1", "ring"), ("l1", "direct"), ("regs", "direct")),
+                            (False, False, True, True)):  # rows read into L1: both forward engines, direct
+        with crd.force_engine(fe), crd.force_wide(False), crd.force_l1_loads(l1):
             y, h, rstd = crd.forward(x, w, 1e-6, residual=r)
         for form in ("pair", "single") + (("fused",) if cake_jit.dw_partition(rows, hidden)[0] == 1 else ()):
-            with crd.force_form(form), crd.force_engine(be):
+            with crd.force_form(form), crd.force_engine(be), crd.force_l1_loads(l1):
                 crd.backward(g, h, w, rstd, g)
 for hidden, rows, cap in ((512, 40, 3), (4096, 640, 5)):  # the fused form's successive launches of a capped grid
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)

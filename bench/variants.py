@@ -94,10 +94,14 @@ class Substitute:
         api.load_program = self.saved
 
 
-def shapes_for(pass_: str, hidden: int, tokens: tuple[int, ...] = ()) -> list[dict]:
+def shapes_for(pass_: str, hidden: int, tokens: tuple[int, ...] = (), all_views: bool = False) -> list[dict]:
+    """The rows of `tokens` (default: a few per pass) and, at H 256, two head views (all_views: every
+    key and query view of the benchmark's shape table)."""
     ts = tokens or ((256, 4096, 65536) if pass_ == "bwd" else (1, 256, 4096, 65536))
     out = [{"label": f"[{t},{hidden}]", "T": t, "H": hidden, "kind": "rows"} for t in ts]
-    if hidden == 256:
+    if hidden == 256 and all_views:
+        out += [s for s in bench.shapes(False) if s["kind"] != "rows"]
+    elif hidden == 256:
         out += [{"label": "key [32768,4,256]", "T": 32768, "H": 256, "kind": "key"},
                 {"label": "query [16384,24,256]", "T": 16384, "H": 256, "kind": "query"}]
     return out
@@ -117,6 +121,7 @@ def main(argv=None) -> int:
                     help="another source tree to time beside (build.json + files); repeatable")
     ap.add_argument("--old-only", action="store_true", help="time the routed and --old programs only")
     ap.add_argument("--tokens", default="", help="token counts to time (default: a few per pass)")
+    ap.add_argument("--all-views", action="store_true", help="every head view of the benchmark at H 256")
     ap.add_argument("--fwd-args", default="true;false",
                     help="forward launcher arguments to build, ';'-separated (weights in registers: true/false)")
     ap.add_argument("--bwd-args", default="1;2;4", help="backward ring row depths to build, ';'-separated")
@@ -146,7 +151,7 @@ def main(argv=None) -> int:
     print(f"{'pass':4s} {'shape':22s} {'variant':24s} {'us':>9s}  bits", flush=True)
     for pass_ in a.passes.split(","):
         for h in widths:
-            for s in shapes_for(pass_, h, tokens):
+            for s in shapes_for(pass_, h, tokens, a.all_views):
                 x = bench.make_input(s, device)
                 w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16)
                 g = torch.randn(x.shape, device=device).to(torch.bfloat16)

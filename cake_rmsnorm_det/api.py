@@ -35,6 +35,7 @@ class _Knobs(threading.local):
     cta_rows: int = 0
     wide: Optional[bool] = None
     pack: int = 0
+    l1_loads: Optional[bool] = None
     tile_cluster: int = 0
 
 
@@ -109,6 +110,20 @@ def force_pack(n: int) -> contextlib.AbstractContextManager:
     if n not in (1, layout.FWD_PACK):
         raise ValueError(f"a pack is 1 or {layout.FWD_PACK}, got {n}")
     return _knob("pack", int(n))
+
+
+def force_l1_loads(on: bool) -> contextlib.AbstractContextManager:
+    """Launch every call of this thread with its rows read into L1 (`on`) or streamed past it, in
+    place of the route's choice (cake_jit.row_loads; measurements, tests: the bits must not change):
+    the forward's narrow rows, the backward's direct engine. The forward's packed and wide rows only
+    stream (a launch that forces them with L1 reads raises); the backward's ring and fused form stream."""
+    return _knob("l1_loads", bool(on))
+
+
+def _loads(pass_: str, hidden: int, rows: int, arch: str, pack: int = 1, wide: bool = False) -> int:
+    if _knobs.l1_loads is None:
+        return cake_jit.row_loads(pass_, hidden, rows, arch, pack, wide)
+    return layout.L1_LOADS if _knobs.l1_loads else layout.STREAM_LOADS
 
 
 def _engine(pass_: str, window_engine: str) -> int:
@@ -345,11 +360,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     wide = _knobs.wide is True
     pack = _knobs.pack or (1 if wide else cake_jit.fwd_pack(hidden, rows, arch))
     cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide, arch, pack)
+    loads = _loads("fwd", hidden, rows, arch, pack, wide)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], pack, _knobs.max_ctas,
+              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], pack, loads, _knobs.max_ctas,
               _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 
@@ -448,6 +464,7 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
     with torch.cuda.device(x.device):
         _call(mod.backward, r.program.name, gv.t, xv.t, w, rstd_c, rv.t, dx_t, dw_t, ws, rows, hidden,
               d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks,
-              grad_residual is not None, _FORMS[form], _engine("bwd", r.window.engine), _knobs.max_ctas,
+              grad_residual is not None, _FORMS[form], _engine("bwd", r.window.engine),
+              _loads("bwd", hidden, rows, arch), _knobs.max_ctas,
               _knobs.tile_cluster, _stream(x.device))
     return dx_t, dw_t

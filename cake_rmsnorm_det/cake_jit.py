@@ -248,6 +248,17 @@ def fwd_pack(hidden: int, rows: int, arch: str = "sm_90a") -> int:
     return measured[0][0] if measured and rows >= measured[0][1] else 1
 
 
+def row_loads(pass_: str, hidden: int, rows: int, arch: str = "sm_90a", pack: int = 1, wide: bool = False) -> int:
+    """How a pass reads its rows for `rows` rows: layout.L1_LOADS (allocating in L1) from the measured
+    row count on (cake_windows.MEASURED_L1_LOADS), else layout.STREAM_LOADS. The forward's packed and
+    wide rows always stream (so do the backward's ring and fused form, whatever this says: the
+    launcher applies it to the direct engine only). The read path changes no bit, only time."""
+    if hidden not in QUALIFIED_WIDTHS or pack > 1 or wide:
+        return layout.STREAM_LOADS
+    measured = cw.measured_l1_loads(arch, pass_, hidden)
+    return layout.L1_LOADS if measured and rows >= measured[0] else layout.STREAM_LOADS
+
+
 @lru_cache(maxsize=4096)
 def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str = "sm_90a", pack: int = 1) -> int:
     """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: narrow

@@ -313,6 +313,58 @@ MEASURED_FWD_PACKS: dict[tuple[str, int], tuple[tuple[int, int], Evidence]] = {
 }
 
 
+# Rows read through L1 from a measured row count on: (arch, pass, H) -> (from rows, evidence). The
+# rows' reads then allocate in L1 (vec.cuh load_cached, args.cuh RowLoads) instead of streaming past
+# it: the same bits, the reads of many rows complete sooner. Forward: the narrow canonical rows' x
+# (and residual); backward: the direct engine's g, x (and g_residual). Below `from rows`, at the
+# forward's packed and wide rows, the ring's and fused form's rows and for widths absent, the
+# streaming reads. Measured on the plain rows with BF16 weight (L1_LOADS_NOTE), the quick table's
+# FP32-weight and residual rows beside them.
+L1_LOADS_NOTE = ("bench/fwd_launch.py --l1-loads (forward) and bench/variants.py (a tree whose row reads all "
+                 "allocate in L1, beside the routed programs; both passes) (CUPTI kernel-active, cold L2, median "
+                 "of 30; bits equal; docs/bench/2026-12-04-h200-r23-fwd-l1-loads.json, -r23-load-variants.json); "
+                 "the first measured row count from which L1 reads win or tie at every row count timed")
+
+
+def _l1_loads(frm: int, ratio: str) -> tuple[int, Evidence]:
+    return frm, Evidence(measured=True, gpu=H200, sms=132, date="2026-12-04",
+                         below="streaming row reads (ld.global.nc.L1::no_allocate)",
+                         above=f"row reads allocating in L1 (ld.global.nc) from {frm} rows",
+                         ratio=ratio, note=L1_LOADS_NOTE)
+
+
+MEASURED_L1_LOADS: dict[tuple[str, str, int], tuple[int, Evidence]] = {
+    ("sm_90a", "fwd", 1536): _l1_loads(16384, "L1 / streaming = 0.986 at T=16384 (26.50 vs 26.88 us), 0.979 at 32768, "
+                                       "0.979 at 65536 (97.62 vs 99.73); 1.022 at 4096, 1.031 at 8192; whole trees "
+                                       "1.005 / 0.970 / 0.978 at 16384, 0.976-0.978 at 65536"),
+    ("sm_90a", "fwd", 2048): _l1_loads(16384, "L1 / streaming = 0.990 at T=16384 (33.92 vs 34.26 us), 0.980 at 32768, "
+                                       "0.978 at 65536 (127.78 vs 130.59); 0.992 at 4096, 1.003 at 8192; whole trees "
+                                       "0.979-0.989 at 16384, 0.972-0.979 at 65536"),
+    ("sm_90a", "fwd", 4096): _l1_loads(4096, "L1 / streaming = 1.001 at T=4096 (19.71 vs 19.70 us), 0.970 at 8192 and "
+                                       "16384, 0.959 at 65536 (259.38 vs 270.35); 1.013 at 2048; whole trees "
+                                       "0.990-0.992 at 4096, 0.958-0.965 at 16384, 0.952-0.954 at 65536, 1.000-1.005 "
+                                       "at 1024"),
+    ("sm_90a", "fwd", 5120): _l1_loads(4096, "L1 / streaming = 0.995 at T=4096 (23.23 vs 23.35 us), 0.981 at 8192, "
+                                       "0.967 at 65536 (320.58 vs 331.58); 1.019 at 2048, 1.023 at 1024; whole trees "
+                                       "0.979-0.988 at 4096"),
+    ("sm_90a", "fwd", 6144): _l1_loads(4096, "L1 / streaming = 0.988 at T=4096 (26.90 vs 27.22 us), 0.973 at 8192, "
+                                       "0.965 at 65536 (384.51 vs 398.32); 1.037 at 2048, 1.018 at 1024; whole trees "
+                                       "0.973-0.978 at 4096"),
+    ("sm_90a", "bwd", 256): _l1_loads(98304, "whole trees, L1 / streaming = 0.982 / 0.987 at 98304 rows (the query view "
+                                      "of 4096 tokens, 47.01 vs 47.86 us), 0.986 / 0.972 at 131072, 0.952 / 0.963 at "
+                                      "262144, 0.945 / 0.950 at 1572864 (the query view of 65536 tokens, 594.7 vs "
+                                      "629.3); 1.011 / 0.999 at 65536, 1.016 at 16384"),
+    ("sm_90a", "bwd", 512): _l1_loads(65536, "whole trees, L1 / streaming = 0.987 at T=65536 (61.44 vs 62.24 us; 0.989 "
+                                      "/ 0.991 in an earlier run), 0.958 at 131072, 0.947 at 262144; 1.030 at 16384"),
+}
+
+
+def measured_l1_loads(arch: str, pass_: str, hidden: int) -> tuple[int, Evidence] | None:
+    """(from rows, evidence) of a pass's rows read through L1 where measured (None: streaming reads).
+    Blackwell archs take the sm_90a value, marked unmeasured."""
+    return _on_arch(MEASURED_L1_LOADS, arch, (pass_, hidden), "L1-load edge")
+
+
 def fwd_measured_pack(arch: str, hidden: int) -> tuple[tuple[int, int], Evidence] | None:
     """((pack, from rows), evidence) where measured (None: canonical rows). Blackwell archs take the
     sm_90a value, marked unmeasured."""

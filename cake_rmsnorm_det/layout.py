@@ -44,6 +44,9 @@ FWD_PACK = 2  # args.cuh kFwdPack: canonical threads per thread of packed forwar
 FWD_MAX_PACK_SLICES = 2  # args.cuh kFwdMaxPackSlices
 
 
+STREAM_LOADS, L1_LOADS = 0, 1  # args.cuh RowLoads: rows read past L1 or into it
+
+
 def fwd_has_pack(hidden: int) -> bool:
     """Whether a fixed-width forward program of `hidden` builds packed rows (forward.cuh, has_pack):
     its canonical row is one warp, tiled exactly, and a packed thread holds at most
@@ -104,18 +107,22 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
                   engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
-                  split_tiles: bool = False, pack: int = 1) -> str:
+                  split_tiles: bool = False, pack: int = 1, loads: int = STREAM_LOADS) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
     `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
     `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster;
-    `pack`: the forward's canonical threads per thread (packed rows, cake_jit.fwd_pack)."""
+    `pack`: the forward's canonical threads per thread (packed rows, cake_jit.fwd_pack);
+    `loads`: how the forward's narrow rows and the backward's direct engine read their rows
+    (cake_jit.row_loads)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
         span = threads // pack
         cta_rows = cta_rows or rows_per_cta(span)
         wl = "weights in registers" if engine == "regs" else "weights re-read from L1"
+        if loads == L1_LOADS:
+            wl += "; rows read into L1 (cake_jit.row_loads)"
         on = f" on {sms} SMs" if sms else ""
         packed = "" if pack == 1 else f" ({pack} canonical threads each: packed rows, cake_jit.fwd_pack)"
         text = (f"forward_kernel: {span * cta_rows} threads/CTA = {cta_rows} row(s) x {span} threads{packed} x "
@@ -141,7 +148,8 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
         kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
                   "ring of bulk copies)")
     else:
-        kernel = "backward_direct_kernel (rows a row ahead in registers)"
+        kernel = "backward_direct_kernel (rows a row ahead in registers" + (
+            "; rows read into L1, cake_jit.row_loads)" if loads == L1_LOADS else ")")
         if form != "single":  # no row groups past a chunk's rows (the single form's tail keeps them)
             rpc = min(rpc, max(chunk_rows, 1))
     cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"

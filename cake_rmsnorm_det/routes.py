@@ -67,20 +67,28 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
     sms = sm_count() if torch.cuda.is_available() else H200_SMS
     r = cake_jit.route(arch, pass_, hidden, _weight_name(weight_dtype), residual, rows)
     pack = cake_jit.fwd_pack(hidden, rows, arch) if pass_ == "fwd" else 1
+    loads = cake_jit.row_loads(pass_, hidden, rows, arch, pack)
     return RouteInfo(
         key=str(r.key), rows=rows, window=r.window.text(), program=r.program.name,
         program_key=r.program.key, form=r.window.form, engine=r.window.engine,
         launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine,
                              cake_jit.fwd_cta_rows(hidden, rows, sms, arch=arch, pack=pack) if pass_ == "fwd" else 0,
                              sms, pass_ == "fwd" and pack == 1 and cake_jit.fwd_has_wide(hidden),
-                             split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack),
-        evidence=r.window.evidence + _pack_evidence(pass_, hidden, arch), built=find_built(r.program, arch) is not None)
+                             split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads),
+        evidence=r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch),
+        built=find_built(r.program, arch) is not None)
 
 
 def _pack_evidence(pass_: str, hidden: int, arch: str) -> str:
     """Why the forward packs its rows from a row count on (cake_windows.MEASURED_FWD_PACKS), if it does."""
     hit = cake_windows.fwd_measured_pack(arch, hidden) if pass_ == "fwd" else None
     return "" if hit is None else f"; packed rows from {hit[0][1]} rows: {hit[1].line()}"
+
+
+def _loads_evidence(pass_: str, hidden: int, arch: str) -> str:
+    """Why a pass reads its rows into L1 from a row count on (cake_windows.MEASURED_L1_LOADS), if it does."""
+    hit = cake_windows.measured_l1_loads(arch, pass_, hidden)
+    return "" if hit is None else f"; rows read into L1 from {hit[0]} rows: {hit[1].line()}"
 
 
 def route_table(arch: str) -> str:

@@ -87,9 +87,12 @@ def test_knobs_restore_and_check():
     for bad in (0, 3, 4):
         with pytest.raises(ValueError, match="pack"):
             crd.force_pack(bad)
-    with crd.force_pack(2), crd.force_tile_cluster(2):
-        assert api._knobs.pack == 2 and api._knobs.tile_cluster == 2
-    assert api._knobs.pack == 0 and api._knobs.tile_cluster == 0
+    with crd.force_pack(2), crd.force_tile_cluster(2), crd.force_l1_loads(True):
+        assert api._knobs.pack == 2 and api._knobs.tile_cluster == 2 and api._knobs.l1_loads is True
+        with crd.force_l1_loads(False):
+            assert api._knobs.l1_loads is False
+        assert api._knobs.l1_loads is True
+    assert api._knobs.pack == 0 and api._knobs.tile_cluster == 0 and api._knobs.l1_loads is None
 
 
 def test_reference_math_agrees_with_fp64():

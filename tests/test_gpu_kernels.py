@@ -299,38 +299,109 @@ def test_forward_cta_sizes_agree(hidden, variant, device):
                             f"{name} differs at {rows} rows: {cta_rows} rows/CTA, wide {wide}, cap {cap}"
 
 
+def _forward_case(rows: int, hidden: int, variant: str, device, seed: int):
+    """x, residual, w of a forward agreement case: plain rows, FP32 weight with the residual
+    (res_fp32w), a strided view ([rows, 3, H] of [rows, 3, 2H]) or a two-level one ([rows, 3, H] of
+    [rows, 4, H])."""
+    residual = variant == "res_fp32w"
+    x, r, w, _, _ = make(rows, hidden, torch.float32 if residual else torch.bfloat16, residual, device, seed=seed)
+    if variant == "query_view":
+        x = torch.randn(rows, 3, 2 * hidden, device=device).to(torch.bfloat16)[:, :, :hidden]
+    elif variant == "two_level":
+        x = torch.randn(rows, 4, hidden, device=device).to(torch.bfloat16)[:, :3]
+    return x, r, w
+
+
+def _assert_forward_launches_agree(x, w, r, base_knobs, knobs, rpc: int, what: str):
+    """The forward under `knobs` (a callable giving the knobs' contexts) gives the bits of the forward
+    under `base_knobs`, into poisoned outputs: as routed, then on both weight engines with full,
+    partial and one-row CTAs and under a cap of 3 CTAs."""
+    rows = x.numel() // x.shape[-1]
+    with contextlib.ExitStack() as st:
+        for c in base_knobs():
+            st.enter_context(c)
+        base = run_forward(x, w, EPS, r)
+    routed = run_forward(x, w, EPS, r)
+    for name, a, b in zip(("y", "h_new", "rstd"), base, routed):
+        assert a is None or bits_equal(a, b), f"{name} differs at {rows} rows: the route's launch"
+    for engine in ("regs", "l1"):
+        for cta_rows, cap in ((rpc, 0), (max(1, rpc // 2 - 1), 0), (1, 0), (rpc, 3)):
+            with contextlib.ExitStack() as st:
+                for c in knobs() + (crd.force_engine(engine), crd.force_cta_rows(cta_rows)):
+                    st.enter_context(c)
+                if cap:
+                    st.enter_context(crd.cap_ctas(cap))
+                out = run_forward(x, w, EPS, r)
+            for name, a, b in zip(("y", "h_new", "rstd"), base, out):
+                assert a is None or bits_equal(a, b), \
+                    f"{name} differs at {rows} rows: {what}, {engine}, {cta_rows} rows/CTA, cap {cap}"
+
+
 @pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view", "two_level"])
 def test_forward_packed_rows_agree(variant, device):
     """Packed rows (a thread holding two canonical threads of an H 256 row) give the canonical rows'
     y, h_new and rstd bits, into poisoned outputs: both weight engines, full and partial CTAs, under
     a CTA cap, on a strided view, on a two-level view (a [T, 3, 256] slice of [T, 4, 256]), with rows
     past the last CTA's end, and as the route takes them past its edge."""
-    hidden = 256
+    hidden, pack = 256, layout.FWD_PACK
+    assert layout.fwd_has_pack(hidden) and cake_jit.fwd_pack(hidden, 10**6) == pack
+    edge = cake_windows.fwd_measured_pack(current_arch(), hidden)[0][1]
+    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False, pack))
+    for rows in (1, 37, 300, 4099, edge + 5):
+        x, r, w = _forward_case(rows, hidden, variant, device, seed=rows + hidden + 1)
+        _assert_forward_launches_agree(x, w, r, lambda: (crd.force_pack(1), crd.force_wide(False)),
+                                       lambda: (crd.force_pack(pack),), rpc, "packed")
+
+
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view", "two_level"])
+@pytest.mark.parametrize("hidden", [512, 4096, 6144, 1000])
+def test_forward_l1_loads_agree(hidden, variant, device):
+    """Rows read into L1 give the streamed rows' y, h_new and rstd bits, into poisoned outputs: both
+    weight engines (the generic program's one), full, partial and one-row CTAs, under a CTA cap, on
+    a strided view and a two-level one, with rows past the last CTA's end, and as the route takes
+    them past its measured edge."""
+    edge = cake_windows.measured_l1_loads(current_arch(), "fwd", hidden)
+    rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False))
+    for rows in (1, 37, 300) + ((edge[0] + 3,) if edge else ()):
+        x, r, w = _forward_case(rows, hidden, variant, device, seed=rows + hidden + 2)
+        _assert_forward_launches_agree(x, w, r, lambda: (crd.force_l1_loads(False), crd.force_wide(False)),
+                                       lambda: (crd.force_l1_loads(True), crd.force_wide(False)), rpc, "L1 reads")
+
+
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view", "two_level"])
+@pytest.mark.parametrize("hidden", [256, 512, 4096, 1000])
+def test_backward_l1_loads_agree(hidden, variant, device):
+    """The direct engine's rows read into L1 give the streamed rows' dx and dw bits, into poisoned
+    outputs: the pair and single forms, cut and full row groups, under a CTA cap, on a strided and a
+    two-level view, and as the route takes them past its measured edge (H 256 / 512); the ring and
+    the fused form, which stream whatever is asked, keep their bits too."""
     residual = variant == "res_fp32w"
     wdtype = torch.float32 if residual else torch.bfloat16
-    assert layout.fwd_has_pack(hidden) and cake_jit.fwd_pack(hidden, 10**6) == layout.FWD_PACK
-    edge = cake_windows.fwd_measured_pack(current_arch(), hidden)[0][1]
-    for rows in (1, 37, 300, 4099, edge + 5):
-        x, r, w, _, _ = make(rows, hidden, wdtype, residual, device, seed=rows + hidden + 1)
+    edge = cake_windows.measured_l1_loads(current_arch(), "bwd", hidden)
+    sizes = (1, 3, 300, 5000) + ((edge[0] + 5,) if edge and variant == "plain" else ())
+    for rows in sizes:
+        x, r, w, g, gr = make(rows, hidden, wdtype, residual, device, seed=rows + hidden + 3)
         if variant == "query_view":
-            x = torch.randn(rows, 3, 512, device=device).to(torch.bfloat16)[:, :, :256]
+            x = torch.randn(rows, 3, 2 * hidden, device=device).to(torch.bfloat16)[:, :, :hidden]
         elif variant == "two_level":
-            x = torch.randn(rows, 4, 256, device=device).to(torch.bfloat16)[:, :3]
-        with crd.force_pack(1), crd.force_wide(False):
-            base = run_forward(x, w, EPS, r)
-        routed = run_forward(x, w, EPS, r)  # packed past the edge
-        for name, a, b in zip(("y", "h_new", "rstd"), base, routed):
-            assert a is None or bits_equal(a, b), f"{name} differs at {rows} rows: the route's launch"
-        pack = layout.FWD_PACK
-        rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False, pack))
-        for engine in ("regs", "l1"):
-            for cta_rows, cap in ((rpc, 0), (rpc // 2 - 1, 0), (1, 0), (rpc, 3)):
-                with crd.force_pack(pack), crd.force_engine(engine), crd.force_cta_rows(cta_rows), \
-                        (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
-                    out = run_forward(x, w, EPS, r)
-                for name, a, b in zip(("y", "h_new", "rstd"), base, out):
-                    assert a is None or bits_equal(a, b), \
-                        f"{name} differs at {rows} rows: packed, {engine}, {cta_rows} rows/CTA, cap {cap}"
+            x = torch.randn(rows, 4, hidden, device=device).to(torch.bfloat16)[:, :3]
+        if variant in ("query_view", "two_level"):
+            g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+        _, h, rstd = run_forward(x, w, EPS, r)
+        xin = h if residual else x
+        with crd.force_l1_loads(False), crd.force_engine("direct"), crd.force_form("pair"):
+            base = run_backward(g, xin, w, rstd, gr)
+        routed = run_backward(g, xin, w, rstd, gr)
+        assert bits_equal(routed[0], base[0]) and bits_equal(routed[1], base[1]), f"the route at {rows} rows"
+        cases = [("direct", "pair", 0), ("direct", "single", 0), ("direct", "pair", 3), ("ring", "pair", 0)]
+        if cake_jit.dw_partition(xin.numel() // hidden, hidden)[0] == 1 and variant != "two_level":
+            cases.append(("direct", "fused", 0))  # (two-level views run the pair form)
+        for engine, form, cap in cases:
+            with crd.force_l1_loads(True), crd.force_engine(engine), crd.force_form(form), \
+                    (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                out = run_backward(g, xin, w, rstd, gr)
+            for name, a, b in zip(("dx", "dw"), base, out):
+                assert bits_equal(a, b), f"{name} differs at {rows} rows: L1 reads, {engine}, {form}, cap {cap}"
 
 
 def test_forward_cta_size_is_checked(device):
@@ -359,6 +430,16 @@ def test_forward_cta_size_is_checked(device):
         crd.forward(x, w, EPS)  # 32 packed rows of 16 threads fill a CTA
     with crd.force_pack(2), crd.force_wide(True), pytest.raises(RuntimeError, match="forward launch"):
         crd.forward(x, w, EPS)  # packed rows are narrow
+    with crd.force_pack(2), crd.force_l1_loads(True), pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # packed rows stream
+    x = torch.randn(4, 4096, device=device).to(torch.bfloat16)
+    w = torch.ones(4096, device=device, dtype=torch.bfloat16)
+    with crd.force_wide(True), crd.force_engine("regs"), crd.force_l1_loads(True), \
+            pytest.raises(RuntimeError, match="forward launch"):
+        crd.forward(x, w, EPS)  # wide rows stream
+    with crd.force_l1_loads(True):  # the automatic wide rows of a few-row call stream: no error
+        y, _ = crd.forward(x, w, EPS)
+    assert torch.isfinite(y.float()).all()
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (8192,))

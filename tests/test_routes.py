@@ -215,7 +215,7 @@ void packs() {
   std::printf("pack %d %d %d %d\n", H, int(cake::has_pack<H>()), cake::kFwdPack, cake::kFwdMaxPackSlices);
 }
 int main() {
-  std::printf("%d %d\n", cake::kOneRowMaxHidden, cake::kTileCols);
+  std::printf("%d %d %d %d\n", cake::kOneRowMaxHidden, cake::kTileCols, cake::kStreamLoads, cake::kL1Loads);
   packs<8>(); packs<200>(); packs<256>(); packs<512>(); packs<768>(); packs<1024>(); packs<1536>();
   packs<2048>(); packs<4096>(); packs<5120>(); packs<6144>();
   const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
@@ -243,7 +243,8 @@ def test_python_layout_mirrors_the_header(tmp_path):
                    check=True, capture_output=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     first, *lines = out.strip().splitlines()
-    assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS)
+    assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS,
+                                              layout.STREAM_LOADS, layout.L1_LOADS)
     clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
     packs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("pack ")]
     lines = [line for line in lines if not line.startswith(("cluster ", "pack "))]
@@ -324,6 +325,35 @@ def test_forward_packed_rows_rule():
     for hidden in cake_jit.QUALIFIED_WIDTHS + (1000,):
         if cake_windows.fwd_measured_pack("sm_90a", hidden) is None:
             assert cake_jit.fwd_pack(hidden, 10**7) == 1
+
+
+def test_l1_loads_rule():
+    """Rows read into L1 from their measured row count on, at qualified widths only and never the
+    forward's packed or wide rows; Blackwell archs take the sm_90a edge marked unmeasured;
+    explain_route says so and why, for that pass only."""
+    L1, STREAM = layout.L1_LOADS, layout.STREAM_LOADS
+    assert {p for _, p, _ in cake_windows.MEASURED_L1_LOADS} == {"fwd", "bwd"}, "both passes measured"
+    for (arch, pass_, hidden), (start, ev) in cake_windows.MEASURED_L1_LOADS.items():
+        assert arch == "sm_90a" and hidden in cake_jit.QUALIFIED_WIDTHS and ev.measured and start >= 1
+        assert "bench/variants.py" in ev.line()
+        assert cake_jit.row_loads(pass_, hidden, start - 1) == STREAM and cake_jit.row_loads(pass_, hidden, start) == L1
+        assert cake_jit.row_loads(pass_, hidden, 10**7) == L1
+        assert cake_jit.row_loads(pass_, hidden, 10**7, wide=True) == STREAM
+        assert cake_jit.row_loads(pass_, hidden, 10**7, pack=layout.FWD_PACK) == STREAM
+        for bw in ("sm_100a", "sm_103a"):
+            got = cake_windows.measured_l1_loads(bw, pass_, hidden)
+            assert got[0] == start and not got[1].measured and "never measured" in got[1].line()
+            assert cake_jit.row_loads(pass_, hidden, start, bw) == L1
+        info = routes.explain_route(pass_, hidden, start, arch="sm_90a")
+        assert "rows read into L1" in info.launch and f"rows read into L1 from {start} rows" in info.evidence
+        assert "rows read into L1" not in routes.explain_route(pass_, hidden, start - 1, arch="sm_90a").launch
+        if cake_windows.measured_l1_loads("sm_90a", "fwd" if pass_ == "bwd" else "bwd", hidden) is None:
+            other = "fwd" if pass_ == "bwd" else "bwd"
+            assert "rows read into L1" not in routes.explain_route(other, hidden, start, arch="sm_90a").evidence
+    for pass_ in ("fwd", "bwd"):
+        for hidden in cake_jit.QUALIFIED_WIDTHS + (1000, 8192):
+            if cake_windows.measured_l1_loads("sm_90a", pass_, hidden) is None:
+                assert cake_jit.row_loads(pass_, hidden, 10**7) == STREAM
 
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))

@@ -29,6 +29,7 @@ struct ForwardArgs {
   int cta_rows;                   // rows side by side in a CTA, 1..rows_per_cta (0: rows_per_cta)
   int wide;                       // kNarrowRows, kWideRows (one slice per thread) or kAutoRows
   int pack;                       // canonical threads per thread: 1, or kFwdPack (packed rows)
+  int loads;                      // kStreamLoads or kL1Loads (narrow canonical rows only)
   int max_ctas;                   // 0: no cap (the cap exists for tests)
   cudaStream_t stream;
 };
@@ -47,6 +48,13 @@ enum ForwardRows : int { kNarrowRows = 0, kWideRows = 1, kAutoRows = 2 };
 // won nowhere by more than the noise, so they are not built.
 constexpr int kFwdPack = 2;
 constexpr int kFwdMaxPackSlices = 2;
+
+// How rows are read: streaming past L1, or allocating in it (vec.cuh load_cached). The route's
+// choice by width and row count, measured (cake_windows.MEASURED_L1_LOADS): the forward's narrow
+// canonical rows (x and the residual) and the backward's direct engine (g, x and g_residual); the
+// forward's packed and wide rows, the ring's bulk copies and the fused form always stream. Same
+// bits either way.
+enum RowLoads : int { kStreamLoads = 0, kL1Loads = 1 };
 
 // Backward engines: rows into registers a row ahead (direct), or through a shared-memory ring of
 // bulk copies (ring).
@@ -83,6 +91,7 @@ struct BackwardArgs {
   int stages;                      // ring slots per CTA (set by the launcher)
   int max_ctas;                    // 0: no cap (the cap exists for tests)
   int tile_cluster;                // fused form: CTAs per dw tile (0: the launcher's rule)
+  int loads;                       // kStreamLoads or kL1Loads (the direct engine's rows)
   cudaStream_t stream;
 };
 

@@ -33,9 +33,18 @@ inline cudaError_t launch_backward_grid(const void* kernel, void (*entry)(Backwa
   return launch_dw_reduce(a.partials, a.dw, a.hidden, a.chunks, a.stream);
 }
 
+// The direct engine's kernel, its row groups cut (CUT) or not, its rows read into L1 or streamed.
+template <int HC, typename WT, bool RES, bool CUT>
+cudaError_t launch_backward_direct(const BackwardArgs& a, int threads, size_t smem) {
+  auto kernel = a.loads == kL1Loads ? backward_direct_kernel<HC, WT, RES, CUT, true>
+                                    : backward_direct_kernel<HC, WT, RES, CUT, false>;
+  return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
+}
+
 template <int HC, typename WT, bool RES, int RD>
 cudaError_t launch_backward_variant(const BackwardArgs& in) {
   constexpr int N = RES ? 3 : 2;
+  if (in.loads != kStreamLoads && in.loads != kL1Loads) return cudaErrorInvalidValue;
   if (in.form == kFused) return launch_backward_fused<HC, WT, RES>(in);
   BackwardArgs a = in;
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
@@ -51,15 +60,9 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
     // widths of one row group per CTA never cut; the generic program reads its groups at run time
     constexpr bool kCuts = HC == 0 || rows_per_cta(row_layout(HC > 0 ? HC : 8).threads) > 1;
     if constexpr (kCuts) {
-      if (HC == 0 || groups < rpc) {
-        auto kernel = backward_direct_kernel<HC, WT, RES, true>;
-        return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, groups * L.threads, smem);
-      }
+      if (HC == 0 || groups < rpc) return launch_backward_direct<HC, WT, RES, true>(a, groups * L.threads, smem);
     }
-    if constexpr (HC > 0) {
-      auto kernel = backward_direct_kernel<HC, WT, RES, false>;
-      return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
-    }
+    if constexpr (HC > 0) return launch_backward_direct<HC, WT, RES, false>(a, threads, smem);
     return cudaErrorInvalidValue;  // not reached: the generic program always takes the branch above
   }
   const size_t smem = static_cast<size_t>(StagePlan::make(a.hidden, rpc, rpc * RD, N, a.stages).total);

@@ -21,7 +21,8 @@ namespace cake {
 // CUT: the CTA holds fewer row groups than rows_per_cta (blockDim.x / row threads; the launcher
 // cuts them to a chunk's rows): groups past a chunk's rows would only add zeros (+0.0 leaves every
 // sum as it is), so the cut changes no bit. Uncut, the group count stays a compile-time constant.
-template <int HC, typename WT, bool RES, bool CUT>
+// L1LOADS: the rows' reads allocate in L1 (RowLoads).
+template <int HC, typename WT, bool RES, bool CUT, bool L1LOADS = false>
 __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
@@ -45,14 +46,14 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(cons
     const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
     int64_t row = r0 + G.group;
     RowData<VMAX, N> next;
-    next.load(G, in.src, in.views, row, row < r1);
+    next.template load<false, L1LOADS>(G, in.src, in.views, row, row < r1);
     float rnext = row < r1 ? a.rstd[row] : 0.f;
     // The loop count is the same for every thread of the CTA (barriers inside the reduction).
     for (int64_t base = r0; base < r1; base += G.rpc, row += G.rpc) {
       const bool live = row < r1;
       const RowData<VMAX, N> cur = next;
       const float r = rnext;
-      next.load(G, in.src, in.views, row + G.rpc, row + G.rpc < r1);
+      next.template load<false, L1LOADS>(G, in.src, in.views, row + G.rpc, row + G.rpc < r1);
       rnext = row + G.rpc < r1 ? a.rstd[row + G.rpc] : 0.f;
       float dot = live ? slice_dot<kWRegs>(G, cur.v[0], cur.v[1], w, wp) : 0.f;
       dot = row_allsum(dot, G.warps, &slots[parity][G.group * G.warps]);

@@ -61,7 +61,7 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
                         TensorView h_out, TensorView rstd, int64_t rows, int64_t hidden, int64_t d1,
                         int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, double eps,
                         bool has_residual, int64_t engine, int64_t cta_rows, int64_t wide,
-                        int64_t pack, int64_t max_ctas, int64_t stream) {
+                        int64_t pack, int64_t loads, int64_t max_ctas, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(x, "x");
   check_bf16(y, "y");
@@ -93,6 +93,8 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
     TVM_FFI_THROW(ValueError) << "bad forward launch: pack=" << pack;
   }
   a.pack = static_cast<int>(pack);
+  if (loads != kStreamLoads && loads != kL1Loads) TVM_FFI_THROW(ValueError) << "bad forward launch: loads=" << loads;
+  a.loads = static_cast<int>(loads);
   a.max_ctas = static_cast<int>(max_ctas);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   if (rows == 0) return;
@@ -104,7 +106,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
                          int64_t rows, int64_t hidden, int64_t d1, int64_t sg0, int64_t sg1,
                          int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, int64_t chunk_rows,
                          int64_t chunks, bool has_residual, int64_t form, int64_t engine,
-                         int64_t max_ctas, int64_t tile_cluster, int64_t stream) {
+                         int64_t loads, int64_t max_ctas, int64_t tile_cluster, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(g, "grad_out");
   check_bf16(x, "x");
@@ -146,6 +148,8 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   a.form = static_cast<int>(form);
   if (engine != kDirect && engine != kRing) TVM_FFI_THROW(ValueError) << "unknown backward engine " << engine;
   a.engine = static_cast<int>(engine);
+  if (loads != kStreamLoads && loads != kL1Loads) TVM_FFI_THROW(ValueError) << "bad backward launch: loads=" << loads;
+  a.loads = static_cast<int>(loads);
   a.max_ctas = static_cast<int>(max_ctas);
   if (tile_cluster < 0 || tile_cluster > kMaxTileCluster) {
     TVM_FFI_THROW(ValueError) << "tile_cluster must be 0 (the launcher's rule) or 1.." << kMaxTileCluster << ", got "

@@ -52,10 +52,12 @@ __host__ __device__ constexpr bool has_pack() {
   return HC > 0 && L.threads == 32 && L.threads * L.vpt * kVec == HC && kFwdPack * L.vpt <= kFwdMaxPackSlices;
 }
 
-template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int PACK = 1>
+// L1LOADS: the rows' reads allocate in L1 (RowLoads; narrow canonical rows only).
+template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int PACK = 1, bool L1LOADS = false>
 __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_ctas<HC, RES, WREGS, WIDE>()))
     forward_kernel(const ForwardArgs a) {
   static_assert(PACK == 1 || (PACK == kFwdPack && has_pack<HC>() && !WIDE), "packed rows: one-warp rows of an exact tiling");
+  static_assert(!L1LOADS || (PACK == 1 && !WIDE), "L1 loads: narrow canonical rows");
   using Geom = RowGeom<true, PACK>;
   Geom G = Geom::template make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   const int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
   const bool live = row < a.rows;
   RowData<VMAX, N> cur;
-  cur.load(G, src, views, row, live);
+  cur.template load<false, L1LOADS>(G, src, views, row, live);
   // Each canonical thread's slices' sums of squares (each a short chain of its own) added in slice
   // order, one per canonical thread held.
   double lane[PACK];
@@ -204,27 +206,32 @@ inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const Forwar
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
 // a.pack: kFwdPack for packed rows (narrow, chosen by the caller: cake_jit.fwd_pack; the CTA size
-// is then of packed rows), else 1.
+// is then of packed rows), else 1. a.loads: kL1Loads for narrow canonical rows read through L1
+// (cake_jit.row_loads); the automatic wide rows (few rows, below every measured L1 edge) stream.
 template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const bool packed = a.pack != 1;
   if (packed && (a.pack != kFwdPack || !has_pack<HC>() || a.wide == kWideRows)) return cudaErrorInvalidValue;
+  if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
   if constexpr (has_wide<HC>()) {
     if (!packed && a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
       ForwardArgs w = a;
       w.wide = kWideRows;
       w.cta_rows = 1;
+      w.loads = kStreamLoads;
       return launch_forward_variant<HC, WT, RES, true>(w);
     }
   }
   const bool wide = a.wide == kWideRows;
   if (wide && !(has_wide<HC>() && WREGS)) return cudaErrorInvalidValue;
+  const bool l1 = a.loads == kL1Loads;
+  if (l1 && (packed || wide)) return cudaErrorInvalidValue;
   const RowLayout L = fwd_row_layout(static_cast<int>(a.hidden));
   const int span = wide ? L.threads * L.vpt : L.threads / a.pack;  // threads per row
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  void (*kernel)(ForwardArgs) = forward_kernel<HC, WT, RES, WREGS, false>;
+  void (*kernel)(ForwardArgs) = l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true> : forward_kernel<HC, WT, RES, WREGS, false>;
   if constexpr (has_wide<HC>() && WREGS) {
     if (wide) kernel = forward_kernel<HC, WT, RES, true, true>;
   }

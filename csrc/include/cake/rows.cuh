@@ -93,11 +93,11 @@ struct RowGeom {
 // One row's slices of N input tensors (x [, residual] in forward; g, x [, g_residual] in
 // backward) in registers. Loading the next row into a second RowData while the current one is
 // reduced keeps two rows of loads in flight per thread. kFlat: the views are one-level
-// (RowView::flat_offset).
+// (RowView::flat_offset). kL1: the reads allocate in L1 (load_cached) instead of streaming past it.
 template <int VMAX, int N>
 struct RowData {
   Pack8 v[N][VMAX];
-  template <bool kFlat = false, class Geom>
+  template <bool kFlat = false, bool kL1 = false, class Geom>
   __device__ __forceinline__ void load(const Geom& g, const __nv_bfloat16* const* p,
                                        const RowView* view, int64_t row, bool live) {
     if (!live) return;
@@ -106,7 +106,7 @@ struct RowData {
       const int64_t o = kFlat ? view[i].flat_offset(row) : view[i].offset(row);
 #pragma unroll
       for (int k = 0; k < VMAX; ++k)
-        if (g.holds(k)) v[i][k] = load_stream(p[i] + o + g.col_of(k));
+        if (g.holds(k)) v[i][k] = kL1 ? load_cached(p[i] + o + g.col_of(k)) : load_stream(p[i] + o + g.col_of(k));
     }
   }
 };

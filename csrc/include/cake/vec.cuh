@@ -22,6 +22,20 @@ __device__ __forceinline__ Pack8 load_stream(const __nv_bfloat16* p) {
   return v;
 }
 
+// The same read allocating in L1 (the read-only path without no_allocate). At many rows the rows'
+// reads complete sooner: forward [65536,4096] 274.2 -> 261.4 us, [16384,6144] 102.6 -> 99.0;
+// backward (the direct engine) [262144,256] 113.7 -> 108.2, the query view of 65536 tokens 629.3 ->
+// 594.7 (H200, bench/variants.py, docs/performance.md). Below a few thousand rows (tens of
+// thousands in the backward, and in the forward at H 256 / 512) the streaming read is as fast or
+// faster, so the route picks per width and row count (args.cuh RowLoads).
+__device__ __forceinline__ Pack8 load_cached(const __nv_bfloat16* p) {
+  Pack8 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.u[0]), "=r"(v.u[1]), "=r"(v.u[2]), "=r"(v.u[3])
+               : "l"(p));
+  return v;
+}
+
 // 2 BF16 values (4 bytes, one word) through the read-only path: the fused form's tile lanes.
 __device__ __forceinline__ uint32_t load_pair(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const unsigned int*>(p));
