@@ -1,6 +1,6 @@
 """Both engines of each qualified width, side by side over token counts (GPU).
 
-    python bench/engines.py [--out DIR] [--forms [--caps 132,264]]
+    python bench/engines.py [--out DIR] [--forms [--caps 132,264]] [--reads route|stream|l1]
 
 For each width and pass, cake_rmsnorm_det is timed with each engine forced (the routes pick one
 per token window; both compute the same bits) with the benchmark's method (CUPTI kernel-active
@@ -8,6 +8,8 @@ time, cold L2, median of 30). The rows put the engine edges of cake_windows.py w
 --forms times the backward's fused and pair forms instead (the same bits on one-row chunks), at
 the token counts whose partition is one-row chunks: the rows put the fused edges; --caps adds the
 fused form on grids capped at those CTA counts (its CTAs then take several work items each).
+--reads forces how rows are read (crd.force_l1_loads; the route's choice by default): the forward's
+narrow rows and the backward's direct engine (the ring's bulk copies are the same either way).
 """
 
 from __future__ import annotations
@@ -39,9 +41,14 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="", help="token counts to time (default: the pass's TOKENS)")
     ap.add_argument("--forms", action="store_true", help="backward fused against pair form (the fused edge)")
     ap.add_argument("--caps", default="", help="with --forms: also the fused form on grids capped at these CTAs")
+    ap.add_argument("--reads", default="route", choices=["route", "stream", "l1"],
+                    help="rows read as the route says, streamed past L1, or into it")
     a = ap.parse_args(argv)
     if a.forms:
         a.passes = "bwd"
+
+    def reads():
+        return contextlib.nullcontext() if a.reads == "route" else crd.force_l1_loads(a.reads == "l1")
     tokens = bench.int_list(a.tokens)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -62,7 +69,7 @@ def main(argv=None) -> int:
                 rstd = crd.forward(x, w, 1e-6)[1]
                 us = {}
                 for e in (e1, e2):
-                    with force(e):
+                    with force(e), reads():
                         fn = (lambda: crd.forward(x, w, 1e-6)) if pass_ == "fwd" else (lambda: crd.backward(g, x, w, rstd))
                         us[e] = timer(fn)
                 row = {"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us}
@@ -84,7 +91,8 @@ def main(argv=None) -> int:
                       f"{us[e2] / us[e1]:.3f} ({e2}/{e1}){note}", flush=True)
                 del x, g
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    Path(a.out, f"{'forms' if a.forms else 'engines'}-{a.weight}.json").write_text(json.dumps(rows, indent=1))
+    name = f"{'forms' if a.forms else 'engines'}-{a.weight}{'' if a.reads == 'route' else '-' + a.reads}.json"
+    Path(a.out, name).write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -203,10 +203,15 @@ def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str 
                         f"{above} at the next token count measured", date)
 
 
+# H 2048 and 4096 run the direct engine throughout since its rows are read into L1 at many rows
+# (MEASURED_L1_LOADS): with them the ring loses at every row count timed, ring/direct 1.065 / 1.039 /
+# 1.026 at T = 8192 / 16384 / 65536 (H 2048), 1.048 / 1.057 / 1.012 (H 4096) (bench/engines.py
+# --reads l1, docs/bench/2026-12-04-h200-r23-engines-bwd-l1.json); with streamed reads their edges
+# were 16384 (ring/direct 1.016 there, 0.990 at 32768) and 8192 (1.020, 0.978 at 16384). H 1536,
+# 5120 and 6144 keep the ring (ring/direct with L1 reads 0.937 at [65536,1536], 0.87-0.93 at H 5120
+# / 6144 from 8192 rows).
 _BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight rows time alike (<= 1.07x)
     1536: _edge("bwd", 1536, 16384, "1.037 (51.79 vs 49.95 us)", "0.975 (89.22 vs 91.52 us, T=32768)"),
-    2048: _edge("bwd", 2048, 16384, "1.016 (64.03 vs 63.01 us)", "0.990 (113.85 vs 115.01 us, T=32768)"),
-    4096: _edge("bwd", 4096, 8192, "1.020 (66.16 vs 64.83 us)", "0.978 (117.95 vs 120.62 us, T=16384)"),
     5120: _edge("bwd", 5120, 2048, "1.043 (35.65 vs 34.19 us)", "0.986 (51.71 vs 52.43 us, T=4096)"),
     # re-measured with the dw partition of cake_windows.DW_CHUNKS (128 chunks up to 4096 rows at
     # H >= 5120; docs/bench/2026-12-03-h200-r12-engines-bwd.json); the other edges still hold there
@@ -356,6 +361,15 @@ MEASURED_L1_LOADS: dict[tuple[str, str, int], tuple[int, Evidence]] = {
                                       "629.3); 1.011 / 0.999 at 65536, 1.016 at 16384"),
     ("sm_90a", "bwd", 512): _l1_loads(65536, "whole trees, L1 / streaming = 0.987 at T=65536 (61.44 vs 62.24 us; 0.989 "
                                       "/ 0.991 in an earlier run), 0.958 at 131072, 0.947 at 262144; 1.030 at 16384"),
+    # H 2048 / 4096: the direct engine with L1 reads also beats the ring past its old edges (ENGINE_EDGES)
+    ("sm_90a", "bwd", 2048): _l1_loads(16384, "whole trees, L1 / streaming (direct) = 0.993 / 0.994 at T=16384, "
+                                       "1.011 / 1.019 at 4096; the direct engine with L1 reads against the ring: "
+                                       "ring / direct = 1.039 at 16384 (61.42 vs 63.82 us), 1.026 at 65536 (208.59 "
+                                       "vs 214.11)"),
+    ("sm_90a", "bwd", 4096): _l1_loads(4096, "whole trees, L1 / streaming (direct) = 0.985 / 0.983 at T=4096 (37.95 "
+                                       "vs 38.53 us), 1.028 / 1.030 at 1024; the direct engine with L1 reads against "
+                                       "the ring: ring / direct = 1.048 at 8192 (62.74 vs 65.73 us), 1.057 at 16384, "
+                                       "1.012 at 65536 (413.63 vs 418.49)"),
 }
 
 
