@@ -299,17 +299,19 @@ def test_forward_cta_sizes_agree(hidden, variant, device):
                             f"{name} differs at {rows} rows: {cta_rows} rows/CTA, wide {wide}, cap {cap}"
 
 
-def _forward_case(rows: int, hidden: int, variant: str, device, seed: int):
-    """x, residual, w of a forward agreement case: plain rows, FP32 weight with the residual
+def _agreement_case(rows: int, hidden: int, variant: str, device, seed: int):
+    """x, residual, w, g, g_residual of an agreement case: plain rows, FP32 weight with the residual
     (res_fp32w), a strided view ([rows, 3, H] of [rows, 3, 2H]) or a two-level one ([rows, 3, H] of
-    [rows, 4, H])."""
+    [rows, 4, H]); a view's g has its shape."""
     residual = variant == "res_fp32w"
-    x, r, w, _, _ = make(rows, hidden, torch.float32 if residual else torch.bfloat16, residual, device, seed=seed)
+    x, r, w, g, gr = make(rows, hidden, torch.float32 if residual else torch.bfloat16, residual, device, seed=seed)
     if variant == "query_view":
         x = torch.randn(rows, 3, 2 * hidden, device=device).to(torch.bfloat16)[:, :, :hidden]
     elif variant == "two_level":
         x = torch.randn(rows, 4, hidden, device=device).to(torch.bfloat16)[:, :3]
-    return x, r, w
+    if variant in ("query_view", "two_level"):
+        g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+    return x, r, w, g, gr
 
 
 def _assert_forward_launches_agree(x, w, r, base_knobs, knobs, rpc: int, what: str):
@@ -348,7 +350,7 @@ def test_forward_packed_rows_agree(variant, device):
     edge = cake_windows.fwd_measured_pack(current_arch(), hidden)[0][1]
     rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False, pack))
     for rows in (1, 37, 300, 4099, edge + 5):
-        x, r, w = _forward_case(rows, hidden, variant, device, seed=rows + hidden + 1)
+        x, r, w, _, _ = _agreement_case(rows, hidden, variant, device, seed=rows + hidden + 1)
         _assert_forward_launches_agree(x, w, r, lambda: (crd.force_pack(1), crd.force_wide(False)),
                                        lambda: (crd.force_pack(pack),), rpc, "packed")
 
@@ -363,7 +365,7 @@ def test_forward_l1_loads_agree(hidden, variant, device):
     edge = cake_windows.measured_l1_loads(current_arch(), "fwd", hidden)
     rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, False))
     for rows in (1, 37, 300) + ((edge[0] + 3,) if edge else ()):
-        x, r, w = _forward_case(rows, hidden, variant, device, seed=rows + hidden + 2)
+        x, r, w, _, _ = _agreement_case(rows, hidden, variant, device, seed=rows + hidden + 2)
         _assert_forward_launches_agree(x, w, r, lambda: (crd.force_l1_loads(False), crd.force_wide(False)),
                                        lambda: (crd.force_l1_loads(True), crd.force_wide(False)), rpc, "L1 reads")
 
@@ -375,20 +377,12 @@ def test_backward_l1_loads_agree(hidden, variant, device):
     outputs: the pair and single forms, cut and full row groups, under a CTA cap, on a strided and a
     two-level view, and as the route takes them past its measured edge (H 256 / 512); the ring and
     the fused form, which stream whatever is asked, keep their bits too."""
-    residual = variant == "res_fp32w"
-    wdtype = torch.float32 if residual else torch.bfloat16
     edge = cake_windows.measured_l1_loads(current_arch(), "bwd", hidden)
     sizes = (1, 3, 300, 5000) + ((edge[0] + 5,) if edge and variant == "plain" else ())
     for rows in sizes:
-        x, r, w, g, gr = make(rows, hidden, wdtype, residual, device, seed=rows + hidden + 3)
-        if variant == "query_view":
-            x = torch.randn(rows, 3, 2 * hidden, device=device).to(torch.bfloat16)[:, :, :hidden]
-        elif variant == "two_level":
-            x = torch.randn(rows, 4, hidden, device=device).to(torch.bfloat16)[:, :3]
-        if variant in ("query_view", "two_level"):
-            g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+        x, r, w, g, gr = _agreement_case(rows, hidden, variant, device, seed=rows + hidden + 3)
         _, h, rstd = run_forward(x, w, EPS, r)
-        xin = h if residual else x
+        xin = h if r is not None else x
         with crd.force_l1_loads(False), crd.force_engine("direct"), crd.force_form("pair"):
             base = run_backward(g, xin, w, rstd, gr)
         routed = run_backward(g, xin, w, rstd, gr)

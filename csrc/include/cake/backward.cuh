@@ -44,7 +44,6 @@ cudaError_t launch_backward_direct(const BackwardArgs& a, int threads, size_t sm
 template <int HC, typename WT, bool RES, int RD>
 cudaError_t launch_backward_variant(const BackwardArgs& in) {
   constexpr int N = RES ? 3 : 2;
-  if (in.loads != kStreamLoads && in.loads != kL1Loads) return cudaErrorInvalidValue;
   if (in.form == kFused) return launch_backward_fused<HC, WT, RES>(in);
   BackwardArgs a = in;
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
@@ -75,6 +74,7 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
 template <int HC, int RD = bwd_row_depth(HC)>
 cudaError_t launch_backward_width(const BackwardArgs& a) {
   if (a.engine != kDirect && a.engine != kRing) return cudaErrorInvalidValue;
+  if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
   if (a.engine == kRing && rows_per_cta(row_layout(static_cast<int>(a.hidden)).threads) * RD > 32)
     return cudaErrorInvalidValue;
   if (a.weight_fp32) {

@@ -57,6 +57,12 @@ inline void check_rows(int64_t rows, int64_t hidden, int64_t d1) {
   }
 }
 
+// A launch's RowLoads argument (api.py passes cake_jit.row_loads' choice or the test knob's).
+inline int checked_loads(int64_t loads, const char* pass) {
+  if (loads != kStreamLoads && loads != kL1Loads) TVM_FFI_THROW(ValueError) << "bad " << pass << " launch: loads=" << loads;
+  return static_cast<int>(loads);
+}
+
 inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorView y,
                         TensorView h_out, TensorView rstd, int64_t rows, int64_t hidden, int64_t d1,
                         int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, double eps,
@@ -93,8 +99,7 @@ inline void ffi_forward(TensorView x, TensorView residual, TensorView w, TensorV
     TVM_FFI_THROW(ValueError) << "bad forward launch: pack=" << pack;
   }
   a.pack = static_cast<int>(pack);
-  if (loads != kStreamLoads && loads != kL1Loads) TVM_FFI_THROW(ValueError) << "bad forward launch: loads=" << loads;
-  a.loads = static_cast<int>(loads);
+  a.loads = checked_loads(loads, "forward");
   a.max_ctas = static_cast<int>(max_ctas);
   a.stream = reinterpret_cast<cudaStream_t>(stream);
   if (rows == 0) return;
@@ -148,8 +153,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   a.form = static_cast<int>(form);
   if (engine != kDirect && engine != kRing) TVM_FFI_THROW(ValueError) << "unknown backward engine " << engine;
   a.engine = static_cast<int>(engine);
-  if (loads != kStreamLoads && loads != kL1Loads) TVM_FFI_THROW(ValueError) << "bad backward launch: loads=" << loads;
-  a.loads = static_cast<int>(loads);
+  a.loads = checked_loads(loads, "backward");
   a.max_ctas = static_cast<int>(max_ctas);
   if (tile_cluster < 0 || tile_cluster > kMaxTileCluster) {
     TVM_FFI_THROW(ValueError) << "tile_cluster must be 0 (the launcher's rule) or 1.." << kMaxTileCluster << ", got "

@@ -212,7 +212,6 @@ template <int HC, typename WT, bool RES, bool WREGS>
 cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const bool packed = a.pack != 1;
   if (packed && (a.pack != kFwdPack || !has_pack<HC>() || a.wide == kWideRows)) return cudaErrorInvalidValue;
-  if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
   if constexpr (has_wide<HC>()) {
     if (!packed && a.wide == kAutoRows && wide_fits<HC, WT, RES>(a)) {
       ForwardArgs w = a;
@@ -231,7 +230,8 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  void (*kernel)(ForwardArgs) = l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true> : forward_kernel<HC, WT, RES, WREGS, false>;
+  void (*kernel)(ForwardArgs) = l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true>
+                                   : forward_kernel<HC, WT, RES, WREGS, false>;
   if constexpr (has_wide<HC>() && WREGS) {
     if (wide) kernel = forward_kernel<HC, WT, RES, true, true>;
   }
@@ -258,6 +258,7 @@ template <int HC>
 cudaError_t launch_forward_width(const ForwardArgs& a) {
   if (a.engine != kWeightRegs && a.engine != kWeightL1) return cudaErrorInvalidValue;
   if (a.wide != kNarrowRows && a.wide != kWideRows && a.wide != kAutoRows) return cudaErrorInvalidValue;
+  if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
   if constexpr (HC > 0) {
     if (a.engine == kWeightRegs) return launch_forward_dtype<HC, true>(a);
   }
