@@ -11,15 +11,12 @@ import time
 import torch
 
 import cake_rmsnorm_det as crd
+from cake_rmsnorm_det import bench
 from cake_rmsnorm_det import reference as ref
 
 
 def main() -> int:
-    import torch._dynamo
-
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 100000)
+    bench.lift_recompile_limits()
     dev = torch.device("cuda")
     compiled = torch.compile(ref.dw_fp32_eager, dynamic=False)
     props = torch.cuda.get_device_properties(dev)

@@ -70,9 +70,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this measurement needs the GPU", file=sys.stderr)
         return 2
-    import torch._dynamo as dynamo
-
-    dynamo.config.cache_size_limit = 100000
+    bench.lift_recompile_limits()
     dev = torch.device("cuda")
     torch.manual_seed(0)
     timer = bench.Timer(dev)
@@ -81,9 +79,7 @@ def main(argv=None) -> int:
     for item in a.shapes.split(","):
         pass_, shape = item.split(":")
         t, h = (int(v) for v in shape.split("x"))
-        x = torch.randn(t, h, device=dev).to(torch.bfloat16)
-        w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
-        g = torch.randn_like(x)
+        x, w, g = bench.row_inputs(t, h, dev)
         calls = bench.contenders(pass_, x, w, g, 1e-6, None, True)
         pres = preambles(dev, h, pass_)
         skips = {k: (0 if p is None else len(timer.kernel_times(p, n=5)[0])) for k, p in pres.items()}

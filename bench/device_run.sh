@@ -2,7 +2,7 @@
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 #                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
-#                            [context] [pytest]
+#                            [context] [split] [cycles] [pytest]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
@@ -11,7 +11,9 @@
 # partition: bench/partition.py (the backward's dw partition against chunks of 1, 2, 4, 8 rows).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). context: bench/context.py (each contender after the flush and after another kernel;
-# CONTEXT_ARGS). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over bench/probe.py.
+# CONTEXT_ARGS). split: bench/split.py (each contender's kernels apart; SPLIT_ARGS). cycles:
+# bench/level2_cycles.cu. ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over
+# bench/probe.py.
 # Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
@@ -96,6 +98,12 @@ if has engines; then
 fi
 if has context; then
   timeout "$(left)" python3 bench/context.py $CONTEXT_ARGS --out "$LOG/context.json" 2>&1 | tee "$LOG/context.log"
+fi
+if has split; then  # SPLIT_ARGS: bench/split.py's (each contender's kernels apart, and the shapes' floors)
+  timeout "$(left)" python3 bench/split.py $SPLIT_ARGS --out "$LOG/split.json" 2>&1 | tee "$LOG/split.log"
+fi
+if has cycles; then  # bench/level2_cycles.cu: the dw combine's level 2 in one warp, in clock cycles
+  nvcc -std=c++17 -O3 -arch=sm_90a -Icsrc/include -o /tmp/level2_cycles bench/level2_cycles.cu && /tmp/level2_cycles | tee "$LOG/cycles.txt"
 fi
 if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
   SECS=${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats InstructionStats LaunchStats}

@@ -33,9 +33,7 @@ flush = torch.empty(512 * 2**20, dtype=torch.int8, device=dev)
 torch.manual_seed(0)
 for shape in a.shapes.split(","):
     rows, hidden = (int(v) for v in shape.split("x"))
-    x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
-    w = (torch.rand(hidden, device=dev) + 0.5).to(torch.bfloat16)
-    g = torch.randn_like(x)
+    x, w, g = bench.row_inputs(rows, hidden, dev)
     for pass_ in a.passes.split(","):
         calls = bench.contenders(pass_, x, w, g, 1e-6, None, include_baselines=a.peers)
         for name, call in calls.items():

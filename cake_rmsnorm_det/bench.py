@@ -62,6 +62,11 @@ class Timer:
 
     def kernel_times(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> list[list[float]]:
         """The durations (us) of the kernels and memsets each of n calls launched, in launch order."""
+        return [[dur for _, dur in call] for call in self.kernel_events(fn, n, warmup)]
+
+    def kernel_events(self, fn: Callable[[], object], n: int = 30,
+                      warmup: int = 3) -> list[list[tuple[str, float]]]:
+        """(name, duration in us) of the kernels and memsets each of n calls launched, in launch order."""
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -77,15 +82,15 @@ class Timer:
             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy"):
                 evs.append((e.time_range.start, e.time_range.elapsed_us(), e.name))
         evs.sort()
-        calls: list[list[float]] = []
-        cur: Optional[list[float]] = None
+        calls: list[list[tuple[str, float]]] = []
+        cur: Optional[list[tuple[str, float]]] = None
         for _, dur, name in evs:
             if FLUSH_NAME in name:
                 if cur is not None:
                     calls.append(cur)
                 cur = []
             elif cur is not None:
-                cur.append(dur)
+                cur.append((name, dur))
         if cur is not None:
             calls.append(cur)
         if len(calls) != n:
@@ -96,23 +101,40 @@ class Timer:
         return statistics.median(sum(c) for c in self.kernel_times(fn, n, warmup))
 
 
-def copy_ceiling(device) -> float:
-    """TB/s of a 2 GB device-to-device copy (bytes read + written)."""
-    a = torch.empty(2 * 2**30, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
+def _stream_tbps(op: Callable[[], object], nbytes: int) -> float:
+    """TB/s of op (moving nbytes, read + written), from CUDA events over 10 calls after 3."""
     for _ in range(3):
-        b.copy_(a)
+        op()
     torch.cuda.synchronize()
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
     t0.record()
     for _ in range(10):
-        b.copy_(a)
+        op()
     t1.record()
     torch.cuda.synchronize()
-    sec = t0.elapsed_time(t1) / 1e3 / 10
+    return nbytes / (t0.elapsed_time(t1) / 1e3 / 10) / 1e12
+
+
+def copy_ceiling(device) -> float:
+    """TB/s of a 2 GB device-to-device copy (bytes read + written): the forward's ratio, one read
+    to one write."""
+    a = torch.empty(2 * 2**30, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    tbps = _stream_tbps(lambda: b.copy_(a), 2 * a.numel())
     del a, b
-    return 2 * 2 * 2**30 / sec / 1e12
+    return tbps
+
+
+def add_ceiling(device) -> float:
+    """TB/s of PyTorch's BF16 add of two 1 GB operands into a third (bytes read + written): the
+    backward's ratio, two reads (g, x) to one write (dx)."""
+    a = torch.zeros(2**29, dtype=torch.bfloat16, device=device)
+    b = torch.zeros_like(a)
+    c = torch.empty_like(a)
+    tbps = _stream_tbps(lambda: torch.add(a, b, out=c), 3 * 2 * a.numel())
+    del a, b, c
+    return tbps
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,21 +210,36 @@ def contenders(pass_: str, x, w, g, eps, residual, include_baselines: bool):
     return out
 
 
-def run(args) -> list[dict]:
+def lift_recompile_limits() -> None:
+    """One static compile per shape (dynamic=False) for the torch.compile contender: lift dynamo's
+    recompile limits, whichever of them this torch has."""
     import torch._dynamo
 
-    # one static compile per shape (dynamic=False): lift the recompile limits
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 100000)
+
+
+def row_inputs(rows: int, hidden: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x, w, g of the bench scripts: BF16 normal rows, a BF16 weight in [0.5, 1.5), BF16 normal g."""
+    x = torch.randn(rows, hidden, device=device).to(torch.bfloat16)
+    w = (torch.rand(hidden, device=device) + 0.5).to(torch.bfloat16)
+    return x, w, torch.randn_like(x)
+
+
+def run(args) -> list[dict]:
+    lift_recompile_limits()
     device = torch.device("cuda")
     torch.manual_seed(0)
     timer = Timer(device)
     ceiling = copy_ceiling(device)
+    two_reads = add_ceiling(device)
     props = torch.cuda.get_device_properties(device)
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "date": time.strftime("%Y-%m-%d"),
-            "torch": torch.__version__, "copy_TBps": round(ceiling, 3), "command": " ".join(sys.argv)}
-    print(f"# {meta['gpu']} ({meta['sms']} SMs), copy ceiling {ceiling:.2f} TB/s", flush=True)
+            "torch": torch.__version__, "copy_TBps": round(ceiling, 3), "add_TBps": round(two_reads, 3),
+            "command": " ".join(sys.argv)}
+    print(f"# {meta['gpu']} ({meta['sms']} SMs), copy ceiling {ceiling:.2f} TB/s, "
+          f"two-read add ceiling {two_reads:.2f} TB/s", flush=True)
     rows: list[dict] = []
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +293,9 @@ def run(args) -> list[dict]:
 def markdown(meta: dict, rows: list[dict]) -> str:
     names = ["cake", "eager", "compile", "F.rms_norm", "liger"]
     lines = [f"GPU {meta['gpu']} ({meta['sms']} SMs), {meta['date']}, torch {meta['torch']}, copy ceiling "
-             f"{meta['copy_TBps']} TB/s. Kernel-active us per call (CUPTI), cold L2, median of 30.", "",
+             f"{meta['copy_TBps']} TB/s"
+             + (f", two-read add ceiling {meta['add_TBps']} TB/s" if "add_TBps" in meta else "")
+             + ". Kernel-active us per call (CUPTI), cold L2, median of 30.", "",
              "| pass | shape | w | res | " + " | ".join(names) + " | cake TB/s | best baseline / cake |",
              "|" + "---|" * (len(names) + 6)]
     for r in rows:
