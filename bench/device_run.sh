@@ -103,7 +103,8 @@ if has split; then  # SPLIT_ARGS: bench/split.py's (each contender's kernels apa
   timeout "$(left)" python3 bench/split.py $SPLIT_ARGS --out "$LOG/split.json" 2>&1 | tee "$LOG/split.log"
 fi
 if has cycles; then  # bench/level2_cycles.cu: the dw combine's level 2 in one warp, in clock cycles
-  nvcc -std=c++17 -O3 -arch=sm_90a -Icsrc/include -o /tmp/level2_cycles bench/level2_cycles.cu && /tmp/level2_cycles | tee "$LOG/cycles.txt"
+  NVFLAGS=$(python3 -c "from cake_rmsnorm_det import programs; print(' '.join(programs.NVCC_FLAGS))")  # the package's
+  nvcc -std=c++17 -O3 -arch=sm_90a $NVFLAGS -Icsrc/include -o /tmp/level2_cycles bench/level2_cycles.cu && /tmp/level2_cycles | tee "$LOG/cycles.txt"
 fi
 if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
   SECS=${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats InstructionStats LaunchStats}

@@ -1,8 +1,9 @@
 // Cycles of the dw combine's level 2 in one warp (GPU; a standalone program, not part of the package).
 //
-//     nvcc -std=c++17 -O3 -arch=sm_90a -Icsrc/include -o /tmp/level2_cycles bench/level2_cycles.cu
-//     /tmp/level2_cycles
+//     nvcc -std=c++17 -O3 -arch=sm_90a --prec-div=true --prec-sqrt=true --ftz=false -Icsrc/include \
+//         -o /tmp/level2_cycles bench/level2_cycles.cu && /tmp/level2_cycles
 //
+// (the package's flags, programs.NVCC_FLAGS, so that the walk is the code the programs build).
 // The reduce kernel's level 2 is one warp walking a column per lane over <= 32 block results in
 // shared memory (dw_reduce.cuh, dw_final_of) while the CTA's other warps have exited. This times
 // that walk with clock64 in a CTA shaped like the reduce kernel's (1024 threads, the blocks in
