@@ -8,7 +8,8 @@ row of two or more kernels (the backward's pair form and F.rms_norm's dx and dw 
 which of them carries a gap. Each shape also times the same bytes moved by PyTorch's elementwise
 kernels, cold, as a floor for that shape: `add` (g + x into a third tensor: the backward's two
 reads and one write) and `neg` (-x into y: the forward's one read and one write; a copy would be a
-memcpy, which the timer leaves out).
+memcpy, which the timer leaves out). --chunk-orders adds the package's backward with its dw chunks
+forced contiguous and strided (crd.force_chunk_order; 'cake' is the route's order).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cake_rmsnorm_det import bench  # noqa: E402
+import cake_rmsnorm_det as crd  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
 
 
 def short(name: str, width: int = 64) -> str:
@@ -45,11 +47,25 @@ def split_times(timer: bench.Timer, fn) -> dict:
     return {"total_us": round(statistics.median(sum(d for _, d in c) for c in calls), 3), "kernels": kernels}
 
 
+def chunk_order_calls(cake, rows: int, hidden: int) -> dict:
+    """The package's backward call `cake` under each dw chunk order its partition allows."""
+    groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    orders = ["contiguous"] + (["strided"] if cake_jit.dw_partition(rows, hidden)[0] >= groups else [])
+
+    def under(order):
+        def call():
+            with crd.force_chunk_order(order):
+                return cake()
+        return call
+    return {f"cake {o}": under(o) for o in orders}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="bwd:1x256,bwd:1024x512,fwd:256x6144",
                     help="pass:TxH,... (pass fwd or bwd)")
     ap.add_argument("--no-baselines", action="store_true", help="the package and the floors only")
+    ap.add_argument("--chunk-orders", action="store_true", help="the backward with each dw chunk order too")
     ap.add_argument("--out", default=None, help="a JSON file for the results")
     a = ap.parse_args()
     bench.lift_recompile_limits()
@@ -65,6 +81,8 @@ def main() -> None:
         out = torch.empty_like(x)
         if pass_ == "bwd":
             calls["floor: add"] = lambda: torch.add(g, x, out=out)
+            if a.chunk_orders:
+                calls.update(chunk_order_calls(calls["cake"], rows, hidden))
         else:
             calls["floor: neg"] = lambda: torch.neg(x, out=out)
         print(f"{pass_} [{rows},{hidden}]", flush=True)

@@ -10,8 +10,8 @@ CUDA programs loaded through TVM-FFI.
     crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype=torch.bfloat16)
 """
 
-from .api import (backward, cap_ctas, force_cta_rows, force_engine, force_form, force_l1_loads, force_pack,
-                  force_tile_cluster, force_wide, forward, workspace, workspace_bytes)
+from .api import (backward, cap_ctas, force_chunk_order, force_cta_rows, force_engine, force_form,
+                  force_l1_loads, force_pack, force_tile_cluster, force_wide, forward, workspace, workspace_bytes)
 from .autograd import RMSNorm, rmsnorm
 
 
@@ -42,7 +42,7 @@ cake_rmsnorm_det_workspace_bytes = workspace_bytes
 
 __all__ = [
     "forward", "backward", "rmsnorm", "RMSNorm", "workspace", "workspace_bytes", "explain_route",
-    "RouteInfo", "cap_ctas", "force_engine", "force_form", "force_cta_rows", "force_pack", "force_l1_loads",
+    "RouteInfo", "cap_ctas", "force_engine", "force_form", "force_cta_rows", "force_pack", "force_l1_loads", "force_chunk_order",
     "force_tile_cluster", "force_wide",
     "cake_rmsnorm_det_train_forward",
     "cake_rmsnorm_det_train_backward", "cake_rmsnorm_det", "cake_rmsnorm_det_workspace",

@@ -37,6 +37,7 @@ class _Knobs(threading.local):
     pack: int = 0
     l1_loads: Optional[bool] = None
     tile_cluster: int = 0
+    chunk_order: Optional[int] = None
 
 
 _knobs = _Knobs()
@@ -118,6 +119,20 @@ def force_l1_loads(on: bool) -> contextlib.AbstractContextManager:
     the forward's narrow rows, the backward's direct engine. The forward's packed and wide rows only
     stream (a launch that forces them with L1 reads raises); the backward's ring and fused form stream."""
     return _knob("l1_loads", bool(on))
+
+
+_CHUNK_ORDERS = {"contiguous": layout.CONTIGUOUS, "strided": layout.STRIDED}
+
+
+def force_chunk_order(order: str) -> contextlib.AbstractContextManager:
+    """Run every backward of this thread with its dw chunks `order` ('contiguous' or 'strided',
+    cake_jit.chunk_order) in place of the route's choice (measurements, tests). Unlike the other
+    knobs this one changes dw bits: which rows a chunk sums is part of the partition. Strided chunks
+    need at least a full CTA's row groups a chunk (a call with fewer raises ValueError) and run the
+    direct engine."""
+    if order not in _CHUNK_ORDERS:
+        raise ValueError(f"chunk order must be one of {sorted(_CHUNK_ORDERS)}")
+    return _knob("chunk_order", _CHUNK_ORDERS[order])
 
 
 def _loads(pass_: str, hidden: int, rows: int, arch: str, pack: int = 1, wide: bool = False) -> int:
@@ -459,11 +474,16 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
         if form == "fused" and d1 > 1:
             raise ValueError(f"the fused form reads one-level row views; these rows are a two-level view "
                              f"(groups of {d1} rows): use the pair form")
+    order = r.chunk_order if _knobs.chunk_order is None else _knobs.chunk_order
+    groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    if order == layout.STRIDED and r.chunk_rows < groups:
+        raise ValueError(f"strided dw chunks need at least {groups} rows a chunk at H = {hidden}; {rows} rows "
+                         f"have chunks of {r.chunk_rows}")
     ws = workspace if workspace is not None else _default_workspace(need, x.device)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):
         _call(mod.backward, r.program.name, gv.t, xv.t, w, rstd_c, rv.t, dx_t, dw_t, ws, rows, hidden,
-              d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks,
+              d1, gs[0], gs[1], xs[0], xs[1], rs[0], rs[1], r.chunk_rows, r.chunks, order,
               grad_residual is not None, _FORMS[form], _engine("bwd", r.window.engine),
               _loads("bwd", hidden, rows, arch), _knobs.max_ctas,
               _knobs.tile_cluster, _stream(x.device))

@@ -248,6 +248,17 @@ def fwd_pack(hidden: int, rows: int, arch: str = "sm_90a") -> int:
     return measured[0][0] if measured and rows >= measured[0][1] else 1
 
 
+def chunk_order(arch: str, hidden: int, rows: int, engine: str, chunk_rows: int) -> int:
+    """Which rows the backward's dw chunks hold (layout.CONTIGUOUS / STRIDED, args.cuh ChunkOrder): strided
+    from the measured row count on (cake_windows.MEASURED_STRIDED_CHUNKS) where the window's engine is the
+    direct one and a chunk holds at least a full CTA's row groups; else contiguous. A function of (T, H)
+    (the window's engine is), so a forced engine or form leaves it, and every dw bit, as it is."""
+    measured = cw.measured_strided_chunks(arch, hidden)
+    if measured is None or rows < measured[0] or engine != "direct":
+        return layout.CONTIGUOUS
+    return layout.STRIDED if chunk_rows >= layout.rows_per_cta(layout.row_layout(hidden)[0]) else layout.CONTIGUOUS
+
+
 def row_loads(pass_: str, hidden: int, rows: int, arch: str = "sm_90a", pack: int = 1, wide: bool = False) -> int:
     """How a pass reads its rows for `rows` rows: layout.L1_LOADS (allocating in L1) from the measured
     row count on (cake_windows.MEASURED_L1_LOADS), else layout.STREAM_LOADS. The forward's packed and
@@ -291,6 +302,7 @@ class Route:
     program: Program
     chunk_rows: int
     chunks: int
+    chunk_order: int = layout.CONTIGUOUS
 
 
 def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
@@ -300,7 +312,8 @@ def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows:
     for w in windows(key):
         if w.contains(r):
             chunk_rows, chunks = dw_partition(rows, hidden) if pass_ == "bwd" else (0, 0)
-            return Route(key, rows, w, program_by_key(w.program_key), chunk_rows, chunks)
+            order = chunk_order(arch, hidden, rows, w.engine, chunk_rows) if pass_ == "bwd" else layout.CONTIGUOUS
+            return Route(key, rows, w, program_by_key(w.program_key), chunk_rows, chunks, order)
     raise AssertionError(f"no window of {key} holds {rows} rows")  # the tests rule this out
 
 

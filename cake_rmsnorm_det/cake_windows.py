@@ -331,11 +331,15 @@ L1_LOADS_NOTE = ("bench/fwd_launch.py --l1-loads (forward) and bench/variants.py
                  "the first measured row count from which L1 reads win or tie at every row count timed")
 
 
+def _from_rows(frm: int, below: str, above: str, ratio: str, note: str) -> tuple[int, Evidence]:
+    """(from rows, evidence) of a choice measured on the H200 that holds from a row count on."""
+    return frm, Evidence(measured=True, gpu=H200, sms=132, date="2026-12-04", below=below,
+                         above=f"{above} from {frm} rows", ratio=ratio, note=note)
+
+
 def _l1_loads(frm: int, ratio: str) -> tuple[int, Evidence]:
-    return frm, Evidence(measured=True, gpu=H200, sms=132, date="2026-12-04",
-                         below="streaming row reads (ld.global.nc.L1::no_allocate)",
-                         above=f"row reads allocating in L1 (ld.global.nc) from {frm} rows",
-                         ratio=ratio, note=L1_LOADS_NOTE)
+    return _from_rows(frm, "streaming row reads (ld.global.nc.L1::no_allocate)",
+                      "row reads allocating in L1 (ld.global.nc)", ratio, L1_LOADS_NOTE)
 
 
 MEASURED_L1_LOADS: dict[tuple[str, str, int], tuple[int, Evidence]] = {
@@ -371,6 +375,46 @@ MEASURED_L1_LOADS: dict[tuple[str, str, int], tuple[int, Evidence]] = {
                                        "the ring: ring / direct = 1.048 at 8192 (62.74 vs 65.73 us), 1.057 at 16384, "
                                        "1.012 at 65536 (413.63 vs 418.49)"),
 }
+
+
+# Strided dw chunks from a measured row count on: H -> (from rows, evidence). A chunk then takes
+# row blocks in turn with the others (args.cuh ChunkOrder) instead of one contiguous band, so the
+# CTAs of the direct engine walk one dense band of rows together: 2-6% faster on the rows below,
+# and every dw bit of those calls changes (the partition is still a function of (T, H) alone, so no
+# bit depends on the grid). Only where the route's engine is the direct one (the ring walks
+# contiguous chunks) and the chunks hold at least a full CTA's row groups. Not at H 5120 (the one
+# direct row count timed, 1024, lost 1%), nor below the rows listed (H 256 loses 1-5% at 1024-16384
+# rows, H 512 3% at 1024).
+STRIDED_NOTE = ("bench/variants.py --old-only (a tree whose direct engine walks strided chunks, beside the routed "
+                "programs; CUPTI kernel-active, cold L2, median of 30; docs/bench/2026-12-04-h200-r25-bwd-walk-"
+                "variants.json), then bench/split.py --chunk-orders on the final programs (-r25-chunk-order-"
+                "split.json); the first measured row count from which strided chunks win at every row count timed")
+
+
+def _strided(frm: int, ratio: str) -> tuple[int, Evidence]:
+    return _from_rows(frm, "contiguous dw chunks", "strided dw chunks", ratio, STRIDED_NOTE)
+
+
+MEASURED_STRIDED_CHUNKS: dict[tuple[str, int], tuple[int, Evidence]] = {
+    ("sm_90a", 256): _strided(65536, "strided / contiguous = 0.977 at T=65536 (34.00 vs 34.80 us), 0.985 at "
+                                     "[32768,4,256], 0.976 at [16384,24,256]; 1.035 at 16384, 1.046 at 4096"),
+    ("sm_90a", 512): _strided(4096, "strided / contiguous = 0.978 at T=4096 (10.89 vs 11.14 us), 0.991 at 16384, "
+                                    "0.964 at 65536; 1.028 at 1024"),
+    ("sm_90a", 1536): _strided(1024, "strided / contiguous = 0.985 at T=1024 (10.37 vs 10.53 us), 0.991 at 4096, "
+                                     "0.969 at 16384 (the ring above 16384 rows)"),
+    ("sm_90a", 2048): _strided(1024, "strided / contiguous = 0.959 at T=1024 (11.15 vs 11.63 us), 0.940 at 4096, "
+                                     "0.964 at 16384, 0.977 at 65536 (205.07 vs 209.97)"),
+    ("sm_90a", 4096): _strided(1024, "strided / contiguous = 0.970 at T=1024 (16.42 vs 16.93 us), 0.984 at 4096, "
+                                     "0.971 at 16384, 0.978 at 65536 (404.38 vs 413.40)"),
+    ("sm_90a", 6144): _strided(4096, "strided / contiguous = 0.942 at T=4096 (53.84 vs 57.17 us; the ring above "
+                                     "4096 rows); 1.002 at 1024"),
+}
+
+
+def measured_strided_chunks(arch: str, hidden: int) -> tuple[int, Evidence] | None:
+    """(from rows, evidence) of the backward's strided dw chunks where measured (None: contiguous).
+    Blackwell archs take the sm_90a value, marked unmeasured."""
+    return _on_arch(MEASURED_STRIDED_CHUNKS, arch, (hidden,), "strided-chunk edge")
 
 
 def measured_l1_loads(arch: str, pass_: str, hidden: int) -> tuple[int, Evidence] | None:

@@ -45,6 +45,7 @@ FWD_MAX_PACK_SLICES = 2  # args.cuh kFwdMaxPackSlices
 
 
 STREAM_LOADS, L1_LOADS = 0, 1  # args.cuh RowLoads: rows read past L1 or into it
+CONTIGUOUS, STRIDED = 0, 1  # args.cuh ChunkOrder: which rows a dw chunk holds
 
 
 def fwd_has_pack(hidden: int) -> bool:
@@ -107,14 +108,15 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
                   engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
-                  split_tiles: bool = False, pack: int = 1, loads: int = STREAM_LOADS) -> str:
+                  split_tiles: bool = False, pack: int = 1, loads: int = STREAM_LOADS,
+                  order: int = CONTIGUOUS) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
     `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
     `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster;
     `pack`: the forward's canonical threads per thread (packed rows, cake_jit.fwd_pack);
     `loads`: how the forward's narrow rows and the backward's direct engine read their rows
-    (cake_jit.row_loads)."""
+    (cake_jit.row_loads); `order`: which rows the backward's dw chunks hold (cake_jit.chunk_order)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = rows_per_cta(threads)
     if pass_ == "fwd":
@@ -153,7 +155,7 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
         if form != "single":  # no row groups past a chunk's rows (the single form's tail keeps them)
             rpc = min(rpc, max(chunk_rows, 1))
     cta = f"{threads * rpc} threads/CTA = {rpc} row(s) x {threads} threads x {vpt} vec16"
-    part = f"dw partition {chunks} chunk(s) of {chunk_rows} row(s)"
+    part = f"dw partition {chunks} {'strided' if order == STRIDED else 'contiguous'} chunk(s) of {chunk_rows} row(s)"
     if form == "single":
         return f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
     tiles = ceil(hidden / 32)

@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import cake_jit, cake_windows
+from . import cake_jit, cake_windows, layout
 from .programs import SUPPORTED_ARCHS, current_arch, find_built, sm_count
 from .layout import launch_config
 
@@ -74,8 +74,10 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
         launch=launch_config(pass_, hidden, rows, r.window.form, r.chunk_rows, r.chunks, r.window.engine,
                              cake_jit.fwd_cta_rows(hidden, rows, sms, arch=arch, pack=pack) if pass_ == "fwd" else 0,
                              sms, pass_ == "fwd" and pack == 1 and cake_jit.fwd_has_wide(hidden),
-                             split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads),
-        evidence=r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch),
+                             split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads,
+                             order=r.chunk_order),
+        evidence=(r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch)
+                  + _order_evidence(pass_, hidden, arch, r.chunk_order)),
         built=find_built(r.program, arch) is not None)
 
 
@@ -83,6 +85,15 @@ def _pack_evidence(pass_: str, hidden: int, arch: str) -> str:
     """Why the forward packs its rows from a row count on (cake_windows.MEASURED_FWD_PACKS), if it does."""
     hit = cake_windows.fwd_measured_pack(arch, hidden) if pass_ == "fwd" else None
     return "" if hit is None else f"; packed rows from {hit[0][1]} rows: {hit[1].line()}"
+
+
+def _order_evidence(pass_: str, hidden: int, arch: str, order: int) -> str:
+    """Why the backward's dw chunks are strided at this row count (cake_windows.MEASURED_STRIDED_CHUNKS), if
+    they are."""
+    hit = cake_windows.measured_strided_chunks(arch, hidden) if pass_ == "bwd" else None
+    if hit is None or order != layout.STRIDED:
+        return ""
+    return f"; strided dw chunks from {hit[0]} rows: {hit[1].line()}"
 
 
 def _loads_evidence(pass_: str, hidden: int, arch: str) -> str:

@@ -137,7 +137,7 @@ def test_misaligned_views_are_materialized(device):
 
 @pytest.mark.parametrize("hidden", [256, 4096, 6144])
 def test_dw_bits_independent_of_grid(hidden, device):
-    for rows in (7, 129, 4097, 20000):
+    for rows in (7, 129, 4097, 20000) + ((65600,) if hidden == 256 else ()):  # 65600 x 256: strided chunks
         x, _, w, g, _ = make(rows, hidden, torch.bfloat16, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
         base_dx, base_dw = run_backward(g, x, w, rstd)
@@ -167,6 +167,42 @@ def test_pair_and_single_agree(hidden, device):
         for form in forms[1:]:
             assert bits_equal(outs[form][1], outs["pair"][1]), f"dw of {form} differs from pair at {rows} rows"
             assert bits_equal(outs[form][0], outs["pair"][0]), f"dx of {form} differs from pair at {rows} rows"
+
+
+@pytest.mark.parametrize("hidden", [256, 512, 2048, 4096, 6144])
+def test_strided_chunks(hidden, device):
+    """Strided dw chunks (the route's order from their measured row count on) against contiguous ones
+    of the same partition: dx bits equal (dx never depends on the partition), both dw within 0.001 of
+    the FP64 budget, each into a poisoned output; strided bits the same in both forms and under CTA
+    caps; too-short chunks and a bad order refused."""
+    start = cake_windows.measured_strided_chunks(current_arch(), hidden)[0]
+    for rows in (start, start + 131):
+        x, _, w, g, _ = make(rows, hidden, torch.bfloat16, False, device, seed=rows + hidden)
+        _, rstd = crd.forward(x, w, EPS)
+        _, dw64 = ref.backward_fp64(g, x, w, rstd, None)
+        outs = {}
+        for order in ("contiguous", "strided"):
+            with crd.force_chunk_order(order), crd.force_engine("direct"):
+                outs[order] = run_backward(g, x, w, rstd)
+            assert ref.dw_error_ratio(outs[order][1], dw64) <= 1e-3, f"{order} dw above 0.001 of the budget"
+        assert bits_equal(outs["strided"][0], outs["contiguous"][0]), "dx depends on the chunk order"
+        r = cake_jit.route(current_arch(), "bwd", hidden, "bf16", False, rows)
+        routed = run_backward(g, x, w, rstd)
+        assert bits_equal(routed[1], outs["strided" if r.chunk_order == layout.STRIDED else "contiguous"][1])
+        for form, cap in (("pair", 0), ("single", 0), ("pair", 7), ("single", 66)):
+            with crd.force_chunk_order("strided"), crd.force_form(form), \
+                    (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                dx, dw = run_backward(g, x, w, rstd)
+            assert bits_equal(dw, outs["strided"][1]), f"strided dw bits change in the {form} form, cap {cap}"
+            assert bits_equal(dx, outs["strided"][0])
+    with crd.force_chunk_order("strided"):  # H 256 / 512 at 1024 rows: chunks of 4 rows, fewer than a CTA's groups
+        x, _, w, g, _ = make(1024, hidden, torch.bfloat16, False, device)
+        _, rstd = crd.forward(x, w, EPS)
+        if cake_jit.dw_partition(1024, hidden)[0] < layout.rows_per_cta(layout.row_layout(hidden)[0]):
+            with pytest.raises(ValueError, match="strided dw chunks need"):
+                crd.backward(g, x, w, rstd)
+    with pytest.raises(ValueError, match="chunk order"):
+        crd.force_chunk_order("zigzag")
 
 
 @pytest.mark.parametrize("hidden", QUALIFIED + (1000, 16384))

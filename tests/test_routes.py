@@ -177,7 +177,7 @@ def test_explain_route_returns_a_typed_record():
     info = crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype="bf16", arch="sm_90a")
     assert isinstance(info, routes.RouteInfo)
     assert info.form == "pair" and info.program == program_by_key("bwd_h4096").name
-    assert "dw_reduce_kernel" in info.launch and "264 chunk" in info.launch
+    assert "dw_reduce_kernel" in info.launch and "264 strided chunk" in info.launch
     assert isinstance(info.built, bool)
     q = crd.explain_route("bwd", hidden=256, tokens=16384, heads=24, weight_dtype="fp32", arch="sm_90a")
     assert q.rows == 16384 * 24
@@ -215,7 +215,8 @@ void packs() {
   std::printf("pack %d %d %d %d\n", H, int(cake::has_pack<H>()), cake::kFwdPack, cake::kFwdMaxPackSlices);
 }
 int main() {
-  std::printf("%d %d %d %d\n", cake::kOneRowMaxHidden, cake::kTileCols, cake::kStreamLoads, cake::kL1Loads);
+  std::printf("%d %d %d %d %d %d\n", cake::kOneRowMaxHidden, cake::kTileCols, cake::kStreamLoads, cake::kL1Loads,
+              cake::kContiguous, cake::kStrided);
   packs<8>(); packs<200>(); packs<256>(); packs<512>(); packs<768>(); packs<1024>(); packs<1536>();
   packs<2048>(); packs<4096>(); packs<5120>(); packs<6144>();
   const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
@@ -244,7 +245,8 @@ def test_python_layout_mirrors_the_header(tmp_path):
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     first, *lines = out.strip().splitlines()
     assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS,
-                                              layout.STREAM_LOADS, layout.L1_LOADS)
+                                              layout.STREAM_LOADS, layout.L1_LOADS,
+                                              layout.CONTIGUOUS, layout.STRIDED)
     clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
     packs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("pack ")]
     lines = [line for line in lines if not line.startswith(("cluster ", "pack "))]
@@ -354,6 +356,62 @@ def test_l1_loads_rule():
         for hidden in cake_jit.QUALIFIED_WIDTHS + (1000, 8192):
             if cake_windows.measured_l1_loads("sm_90a", pass_, hidden) is None:
                 assert cake_jit.row_loads(pass_, hidden, 10**7) == STREAM
+
+
+def _strided_chunk_rows(rows: int, hidden: int, chunk_rows: int, chunks: int) -> list[list[int]]:
+    """The rows each strided dw chunk sums, in walk order, as args.cuh ChunkOrder / ChunkWalk define them:
+    block j of chunk c is the b rows from (j * chunks + c) * b, b a full CTA's row groups."""
+    b = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    steps = -(-chunk_rows // b)
+    return [[r for j in range(steps) for g in range(b) if (r := (j * chunks + c) * b + g) < rows]
+            for c in range(chunks)]
+
+
+def test_strided_chunks_rule():
+    """Strided dw chunks from their measured row count on, only where the window's engine is the
+    direct one and a chunk holds a full CTA's row groups; contiguous elsewhere (generic widths, the
+    ring's rows, fewer rows); Blackwell archs take the sm_90a edge marked unmeasured; explain_route
+    says which and why."""
+    C, S = layout.CONTIGUOUS, layout.STRIDED
+    assert cake_windows.MEASURED_STRIDED_CHUNKS, "measured somewhere"
+    for (arch, hidden), (start, ev) in cake_windows.MEASURED_STRIDED_CHUNKS.items():
+        assert arch == "sm_90a" and hidden in cake_jit.QUALIFIED_WIDTHS and ev.measured
+        assert "bench/variants.py" in ev.line()
+        for rows in (start - 1, start, start + 1, 3 * start, 10**6):
+            r = cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, rows)
+            groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
+            want = S if rows >= start and r.window.engine == "direct" and r.chunk_rows >= groups else C
+            assert r.chunk_order == want, (hidden, rows)
+            for wname, res in (("fp32", False), ("bf16", True)):  # the partition is the key's, not the weight's
+                assert cake_jit.route("sm_90a", "bwd", hidden, wname, res, rows).chunk_order == want
+            info = routes.explain_route("bwd", hidden, rows, arch="sm_90a")
+            assert ("strided chunk(s)" in info.launch) == (want == S)
+            assert (f"strided dw chunks from {start} rows" in info.evidence) == (want == S)
+        assert cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, start).chunk_order == S, hidden
+        for bw in ("sm_100a", "sm_103a"):
+            got = cake_windows.measured_strided_chunks(bw, hidden)
+            assert got[0] == start and not got[1].measured and "never measured" in got[1].line()
+    for hidden in cake_jit.QUALIFIED_WIDTHS + (1000, 8192):
+        for rows in (1, 100, 1000, 5000, 70000):
+            r = cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, rows)
+            if r.window.engine != "direct" or cake_windows.measured_strided_chunks("sm_90a", hidden) is None:
+                assert r.chunk_order == C, (hidden, rows)
+            assert cake_jit.route("sm_90a", "fwd", hidden, "bf16", False, rows).chunk_order == C
+
+
+@pytest.mark.parametrize("hidden", [256, 512, 1536, 2048, 4096, 6144])
+def test_strided_chunks_cover_rows_exactly(hidden):
+    """Every row in exactly one strided chunk, each chunk at most ceil(chunk_rows / b) blocks of b rows."""
+    start = cake_windows.measured_strided_chunks("sm_90a", hidden)[0]
+    b = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    for rows in (start, start + 1, start + 997, 4 * start + 3):
+        chunk_rows, chunks = cake_jit.dw_partition(rows, hidden)
+        if chunk_rows < b:
+            continue
+        parts = _strided_chunk_rows(rows, hidden, chunk_rows, chunks)
+        flat = [r for p in parts for r in p]
+        assert sorted(flat) == list(range(rows)), (hidden, rows)
+        assert max(len(p) for p in parts) <= -(-chunk_rows // b) * b
 
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))

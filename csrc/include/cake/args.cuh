@@ -60,6 +60,14 @@ enum RowLoads : int { kStreamLoads = 0, kL1Loads = 1 };
 // bulk copies (ring).
 enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 
+// Which rows a dw chunk holds (both fixed by (T, H), so no bit depends on the grid). contiguous:
+// chunk c is rows [c * chunk_rows, (c + 1) * chunk_rows). strided: the chunks take row blocks in
+// turn, block j of chunk c being the b rows from (j * chunks + c) * b (b = the direct engine's row
+// groups a CTA, ceil(chunk_rows / b) blocks a chunk), so that the CTAs walk one dense band of rows
+// together instead of as many bands apart. The ring engine walks contiguous chunks only: a strided
+// partition runs the direct engine. One-row chunks are the same either way.
+enum ChunkOrder : int { kContiguous = 0, kStrided = 1 };
+
 // pair: main + reduce kernel; single: the last CTA reduces; fused: one-row chunks, one launch of
 // row CTAs (dx) beside column-tile CTAs (dw from g, x and rstd).
 enum BackwardForm : int { kPair = 0, kSingle = 1, kFused = 2 };
@@ -92,6 +100,7 @@ struct BackwardArgs {
   int max_ctas;                    // 0: no cap (the cap exists for tests)
   int tile_cluster;                // fused form: CTAs per dw tile (0: the launcher's rule)
   int loads;                       // kStreamLoads or kL1Loads (the direct engine's rows)
+  int order;                       // kContiguous or kStrided (ChunkOrder)
   cudaStream_t stream;
 };
 

@@ -15,9 +15,10 @@
 
 namespace cake {
 
-// A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H)).
-// Within a chunk its row groups walk the rows, each thread accumulating g*x*rstd for its
-// fixed columns in FP64 registers; finish_chunk combines the groups and writes the partial.
+// A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H) and
+// the chunk order, ChunkWalk). Within a chunk its row groups walk the rows, each thread
+// accumulating g*x*rstd for its fixed columns in FP64 registers; finish_chunk combines the
+// groups and writes the partial.
 // CUT: the CTA holds fewer row groups than rows_per_cta (blockDim.x / row threads; the launcher
 // cuts them to a chunk's rows): groups past a chunk's rows would only add zeros (+0.0 leaves every
 // sum as it is), so the cut changes no bit. Uncut, the group count stays a compile-time constant.
@@ -42,19 +43,20 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(cons
   for (int64_t chunk = blockIdx.x; chunk < a.chunks; chunk += gridDim.x) {
     double acc[VMAX][kVec];
     zero_acc(acc);
-    const int64_t r0 = chunk * a.chunk_rows;
-    const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
-    int64_t row = r0 + G.group;
+    const ChunkWalk wk = ChunkWalk::make(a, chunk, G.rpc, G.group);
+    int64_t row = wk.first;
     RowData<VMAX, N> next;
-    next.template load<false, L1LOADS>(G, in.src, in.views, row, row < r1);
-    float rnext = row < r1 ? a.rstd[row] : 0.f;
+    next.template load<false, L1LOADS>(G, in.src, in.views, row, row < wk.end);
+    float rnext = row < wk.end ? a.rstd[row] : 0.f;
     // The loop count is the same for every thread of the CTA (barriers inside the reduction).
-    for (int64_t base = r0; base < r1; base += G.rpc, row += G.rpc) {
-      const bool live = row < r1;
+    for (int64_t s = 0; s < wk.steps; ++s, row += wk.step) {
+      const bool live = row < wk.end;
       const RowData<VMAX, N> cur = next;
       const float r = rnext;
-      next.template load<false, L1LOADS>(G, in.src, in.views, row + G.rpc, row + G.rpc < r1);
-      rnext = row + G.rpc < r1 ? a.rstd[row + G.rpc] : 0.f;
+      const int64_t rn = row + wk.step;
+      const bool ahead = s + 1 < wk.steps && rn < wk.end;
+      next.template load<false, L1LOADS>(G, in.src, in.views, rn, ahead);
+      rnext = ahead ? a.rstd[rn] : 0.f;
       float dot = live ? slice_dot<kWRegs>(G, cur.v[0], cur.v[1], w, wp) : 0.f;
       dot = row_allsum(dot, G.warps, &slots[parity][G.group * G.warps]);
       parity ^= 1;

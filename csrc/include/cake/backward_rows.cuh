@@ -31,6 +31,29 @@ struct BackwardSources {
   }
 };
 
+// The rows a row group of a CTA walks in one dw chunk (ChunkOrder): the first, the step between
+// its rows, how many steps (the same for every group of the CTA: barriers inside the walk) and the
+// end past which a row is not there. b: the CTA's row groups.
+struct ChunkWalk {
+  int64_t first, step, steps, end;
+  __device__ __forceinline__ static ChunkWalk make(const BackwardArgs& a, int64_t chunk, int b, int group) {
+    ChunkWalk w;
+    if (a.order == kStrided) {
+      w.first = chunk * b + group;
+      w.step = a.chunks * b;
+      w.steps = (a.chunk_rows + b - 1) / b;
+      w.end = a.rows;
+    } else {
+      const int64_t r0 = chunk * a.chunk_rows;
+      w.first = r0 + group;
+      w.step = b;
+      w.end = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
+      w.steps = (w.end - r0 + b - 1) / b;
+    }
+    return w;
+  }
+};
+
 // One element's g*x*rstd added to a dw sum: g*x of two BF16 values is exact in FP32, and times
 // rstd exact in FP64. Every way of forming dw (the engines' chunk sums, the fused form's tiles)
 // goes through it, which is what keeps their bits equal.

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cake/args.cuh"
+#include "cake/layout.cuh"
 #include "cake/program.cuh"
 
 namespace cake {
@@ -110,7 +111,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
                          TensorView g_residual, TensorView dx, TensorView dw, TensorView workspace,
                          int64_t rows, int64_t hidden, int64_t d1, int64_t sg0, int64_t sg1,
                          int64_t sx0, int64_t sx1, int64_t sr0, int64_t sr1, int64_t chunk_rows,
-                         int64_t chunks, bool has_residual, int64_t form, int64_t engine,
+                         int64_t chunks, int64_t chunk_order, bool has_residual, int64_t form, int64_t engine,
                          int64_t loads, int64_t max_ctas, int64_t tile_cluster, int64_t stream) {
   check_rows(rows, hidden, d1);
   check_bf16(g, "grad_out");
@@ -128,6 +129,15 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
     TVM_FFI_THROW(ValueError) << "workspace holds " << workspace.numel() << " bytes, needs " << need;
   }
   if (form != kPair && form != kSingle && form != kFused) TVM_FFI_THROW(ValueError) << "unknown form " << form;
+  if (chunk_order != kContiguous && chunk_order != kStrided) {
+    TVM_FFI_THROW(ValueError) << "chunk_order must be 0 (contiguous) or 1 (strided), got " << chunk_order;
+  }
+  // a strided block is a full CTA's row groups, which every form then holds (no cut CTAs)
+  const int64_t full_groups = rows_per_cta(row_layout(static_cast<int>(hidden)).threads);
+  if (chunk_order == kStrided && chunk_rows < full_groups) {
+    TVM_FFI_THROW(ValueError) << "a strided dw partition needs chunks of at least " << full_groups
+                              << " rows at H = " << hidden << ", got " << chunk_rows;
+  }
   if (form == kFused && chunk_rows != 1) {
     TVM_FFI_THROW(ValueError) << "the fused form runs one-row chunks, got chunks of " << chunk_rows << " rows";
   }
@@ -147,6 +157,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
   a.hidden = hidden;
   a.chunk_rows = chunk_rows;
   a.chunks = chunks;
+  a.order = static_cast<int>(chunk_order);
   a.gv = RowView{d1, sg0, sg1};
   a.xv = RowView{d1, sx0, sx1};
   a.grv = RowView{d1, sr0, sr1};
