@@ -49,8 +49,8 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
-  a.stages = a.engine == kRing && a.order == kContiguous ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD))
-                               : 0;
+  const bool ring = a.engine == kRing && a.order == kContiguous;  // the ring walks contiguous chunks only
+  a.stages = ring ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD)) : 0;
   if (a.stages == 0) {  // the direct engine: asked for, or a strided partition, or a ring that does not fit
     // No idle row groups, except in the single form: its last CTA sweeps the columns blockDim.x at
     // a time, and fewer threads would make that sweep longer than the groups saved.
