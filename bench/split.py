@@ -49,8 +49,8 @@ def split_times(timer: bench.Timer, fn) -> dict:
 
 def chunk_order_calls(cake, rows: int, hidden: int) -> dict:
     """The package's backward call `cake` under each dw chunk order its partition allows."""
-    groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
-    orders = ["contiguous"] + (["strided"] if cake_jit.dw_partition(rows, hidden)[0] >= groups else [])
+    strided = layout.strided_fits(hidden, cake_jit.dw_partition(rows, hidden)[0])
+    orders = ["contiguous"] + (["strided"] if strided else [])
 
     def under(order):
         def call():

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     for pass_ in a.passes.split(","):
         for h in widths:
             if not a.old_only and pass_ == "bwd":
-                rpc = layout.rows_per_cta(layout.row_layout(h)[0])
+                rpc = layout.bwd_row_groups(h)
                 vs += [tuned("bwd", h, rd) for rd in a.bwd_args.split(";") if rd and rpc * int(rd) <= 32]
             elif not a.old_only:
                 vs += [tuned("fwd", h, fa.strip()) for fa in a.fwd_args.split(";") if fa.strip()]

@@ -42,8 +42,8 @@ cake_rmsnorm_det_workspace_bytes = workspace_bytes
 
 __all__ = [
     "forward", "backward", "rmsnorm", "RMSNorm", "workspace", "workspace_bytes", "explain_route",
-    "RouteInfo", "cap_ctas", "force_engine", "force_form", "force_cta_rows", "force_pack", "force_l1_loads", "force_chunk_order",
-    "force_tile_cluster", "force_wide",
+    "RouteInfo", "cap_ctas", "force_engine", "force_form", "force_cta_rows", "force_pack", "force_l1_loads",
+    "force_chunk_order", "force_tile_cluster", "force_wide",
     "cake_rmsnorm_det_train_forward",
     "cake_rmsnorm_det_train_backward", "cake_rmsnorm_det", "cake_rmsnorm_det_workspace",
     "cake_rmsnorm_det_workspace_bytes", "__version__",

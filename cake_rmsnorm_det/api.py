@@ -475,10 +475,9 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd
             raise ValueError(f"the fused form reads one-level row views; these rows are a two-level view "
                              f"(groups of {d1} rows): use the pair form")
     order = r.chunk_order if _knobs.chunk_order is None else _knobs.chunk_order
-    groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
-    if order == layout.STRIDED and r.chunk_rows < groups:
-        raise ValueError(f"strided dw chunks need at least {groups} rows a chunk at H = {hidden}; {rows} rows "
-                         f"have chunks of {r.chunk_rows}")
+    if order == layout.STRIDED and not layout.strided_fits(hidden, r.chunk_rows):
+        raise ValueError(f"strided dw chunks need at least {layout.bwd_row_groups(hidden)} rows a chunk at "
+                         f"H = {hidden}; {rows} rows have chunks of {r.chunk_rows}")
     ws = workspace if workspace is not None else _default_workspace(need, x.device)
     mod = load_program(r.program, arch)
     with torch.cuda.device(x.device):

@@ -32,7 +32,7 @@ CHUNK_TARGET = max(cw.DW_CHUNK_TARGET, cw.DW_RULE_ONE_ROW_ROWS, *cw.DW_ONE_ROW_R
 
 
 def _is_narrow(hidden: int) -> bool:
-    return layout.rows_per_cta(layout.row_layout(hidden)[0]) >= cw.DW_NARROW_ROWS_PER_CTA
+    return layout.bwd_row_groups(hidden) >= cw.DW_NARROW_ROWS_PER_CTA
 
 
 def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
@@ -254,9 +254,9 @@ def chunk_order(arch: str, hidden: int, rows: int, engine: str, chunk_rows: int)
     direct one and a chunk holds at least a full CTA's row groups; else contiguous. A function of (T, H)
     (the window's engine is), so a forced engine or form leaves it, and every dw bit, as it is."""
     measured = cw.measured_strided_chunks(arch, hidden)
-    if measured is None or rows < measured[0] or engine != "direct":
+    if measured is None or rows < measured[0] or engine != "direct" or not layout.strided_fits(hidden, chunk_rows):
         return layout.CONTIGUOUS
-    return layout.STRIDED if chunk_rows >= layout.rows_per_cta(layout.row_layout(hidden)[0]) else layout.CONTIGUOUS
+    return layout.STRIDED
 
 
 def row_loads(pass_: str, hidden: int, rows: int, arch: str = "sm_90a", pack: int = 1, wide: bool = False) -> int:

@@ -67,9 +67,21 @@ def rows_per_cta(row_threads: int) -> int:
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
 
+def bwd_row_groups(hidden: int) -> int:
+    """Row groups of a full backward CTA of width `hidden` (rows_per_cta of row_layout's threads):
+    the block of a strided dw chunk (args.cuh ChunkOrder)."""
+    return rows_per_cta(row_layout(hidden)[0])
+
+
+def strided_fits(hidden: int, chunk_rows: int) -> bool:
+    """Whether chunks of `chunk_rows` rows can be strided: each holds a full CTA's row groups, so no
+    form cuts a CTA's groups (binding.cuh checks the same)."""
+    return chunk_rows >= bwd_row_groups(hidden)
+
+
 def ring_row_depth(hidden: int) -> int:
     """The backward ring engine's rows per row group per item (backward_ring.cuh, bwd_row_depth)."""
-    return 2 if hidden >= 6144 or rows_per_cta(row_layout(hidden)[0]) * 4 > 32 else 4
+    return 2 if hidden >= 6144 or bwd_row_groups(hidden) * 4 > 32 else 4
 
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
@@ -100,7 +112,7 @@ RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less 
 def ring_fits(hidden: int, residual: bool) -> bool:
     """Whether two ring slots fit one CTA (backward_ring.cuh, ring_stages); where they do not, the
     launcher runs the direct engine (same bits), and the routes say so."""
-    rpc = rows_per_cta(row_layout(hidden)[0])
+    rpc = bwd_row_groups(hidden)
     item = rpc * ring_row_depth(hidden)
     stage = (3 if residual else 2) * item * hidden * 2 + ceil(item * 4 / 16) * 16
     return (rpc - 1) * hidden * 8 + 2 * (stage + 8) <= RING_SMEM_BUDGET
