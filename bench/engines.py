@@ -10,6 +10,8 @@ the token counts whose partition is one-row chunks: the rows put the fused edges
 fused form on grids capped at those CTA counts (its CTAs then take several work items each).
 --reads forces how rows are read (crd.force_l1_loads; the route's choice by default): the forward's
 narrow rows and the backward's direct engine (the ring's bulk copies are the same either way).
+--order forces the backward's dw chunk order (crd.force_chunk_order) on both engines, where the
+partition allows it (strided chunks hold a full CTA's row groups): an engine edge under that order.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cake_rmsnorm_det as crd  # noqa: E402
-from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
+from cake_rmsnorm_det import bench, cake_jit, layout  # noqa: E402
 
 TOKENS = {"fwd": (256, 512, 1024, 2048, 4096, 16384, 65536), "bwd": (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)}
 PAIRS = {"fwd": ("regs", "l1"), "bwd": ("direct", "ring")}
@@ -43,12 +45,19 @@ def main(argv=None) -> int:
     ap.add_argument("--caps", default="", help="with --forms: also the fused form on grids capped at these CTAs")
     ap.add_argument("--reads", default="route", choices=["route", "stream", "l1"],
                     help="rows read as the route says, streamed past L1, or into it")
+    ap.add_argument("--order", default="route", choices=["route", "contiguous", "strided"],
+                    help="the backward's dw chunks as the route says, or forced (where the partition allows)")
     a = ap.parse_args(argv)
     if a.forms:
         a.passes = "bwd"
 
     def reads():
         return contextlib.nullcontext() if a.reads == "route" else crd.force_l1_loads(a.reads == "l1")
+    def order(pass_, t, h):
+        if pass_ != "bwd" or a.order == "route" or (
+                a.order == "strided" and not layout.strided_fits(h, cake_jit.dw_partition(t, h)[0])):
+            return contextlib.nullcontext()
+        return crd.force_chunk_order(a.order)
     tokens = bench.int_list(a.tokens)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -69,10 +78,10 @@ def main(argv=None) -> int:
                 rstd = crd.forward(x, w, 1e-6)[1]
                 us = {}
                 for e in (e1, e2):
-                    with force(e), reads():
+                    with force(e), reads(), order(pass_, t, h):
                         fn = (lambda: crd.forward(x, w, 1e-6)) if pass_ == "fwd" else (lambda: crd.backward(g, x, w, rstd))
                         us[e] = timer(fn)
-                row = {"pass": pass_, "T": t, "H": h, "weight": a.weight, "us": us}
+                row = {"pass": pass_, "T": t, "H": h, "weight": a.weight, "order": a.order, "us": us}
                 note = ""
                 if a.forms:  # the two forms (and capped fused grids) must agree bit for bit
                     runs = [(e, None) for e in (e1, e2)] + [(e1, c) for c in bench.int_list(a.caps)]
@@ -91,7 +100,8 @@ def main(argv=None) -> int:
                       f"{us[e2] / us[e1]:.3f} ({e2}/{e1}){note}", flush=True)
                 del x, g
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    name = f"{'forms' if a.forms else 'engines'}-{a.weight}{'' if a.reads == 'route' else '-' + a.reads}.json"
+    name = (f"{'forms' if a.forms else 'engines'}-{a.weight}{'' if a.reads == 'route' else '-' + a.reads}"
+            f"{'' if a.order == 'route' else '-' + a.order}.json")
     Path(a.out, name).write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -9,7 +9,8 @@ which of them carries a gap. Each shape also times the same bytes moved by PyTor
 kernels, cold, as a floor for that shape: `add` (g + x into a third tensor: the backward's two
 reads and one write) and `neg` (-x into y: the forward's one read and one write; a copy would be a
 memcpy, which the timer leaves out). --chunk-orders adds the package's backward with its dw chunks
-forced contiguous and strided (crd.force_chunk_order; 'cake' is the route's order).
+forced contiguous and strided (crd.force_chunk_order; 'cake' is the route's order). --weight fp32
+and --residual time those rows of the package instead (its peers then run as in the benchmark).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main() -> None:
                     help="pass:TxH,... (pass fwd or bwd)")
     ap.add_argument("--no-baselines", action="store_true", help="the package and the floors only")
     ap.add_argument("--chunk-orders", action="store_true", help="the backward with each dw chunk order too")
+    ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
+    ap.add_argument("--residual", action="store_true", help="the residual rows (forward h_new, backward g_residual)")
     ap.add_argument("--out", default=None, help="a JSON file for the results")
     a = ap.parse_args()
     bench.lift_recompile_limits()
@@ -77,7 +80,9 @@ def main() -> None:
         pass_, dims = spec.split(":")
         rows, hidden = (int(v) for v in dims.split("x"))
         x, w, g = bench.row_inputs(rows, hidden, dev)
-        calls = bench.contenders(pass_, x, w, g, 1e-6, None, include_baselines=not a.no_baselines)
+        w = w.float() if a.weight == "fp32" else w
+        res = torch.randn_like(x) if a.residual else None
+        calls = bench.contenders(pass_, x, w, g, 1e-6, res, include_baselines=not a.no_baselines)
         out = torch.empty_like(x)
         if pass_ == "bwd":
             calls["floor: add"] = lambda: torch.add(g, x, out=out)
@@ -85,12 +90,13 @@ def main() -> None:
                 calls.update(chunk_order_calls(calls["cake"], rows, hidden))
         else:
             calls["floor: neg"] = lambda: torch.neg(x, out=out)
-        print(f"{pass_} [{rows},{hidden}]", flush=True)
+        print(f"{pass_} [{rows},{hidden}] {a.weight} weight{', residual' if a.residual else ''}", flush=True)
         for name, fn in calls.items():
             if name == "eager":
                 continue
             r = split_times(timer, fn)
-            results.append({"pass": pass_, "T": rows, "H": hidden, "contender": name, **r})
+            results.append({"pass": pass_, "T": rows, "H": hidden, "weight": a.weight, "residual": a.residual,
+                            "contender": name, **r})
             parts = " + ".join(f"{k['name']} {k['us']}" for k in r["kernels"])
             print(f"  {name:12s} {r['total_us']:9.3f} us = {parts}", flush=True)
     if a.out:

@@ -250,11 +250,12 @@ def fwd_pack(hidden: int, rows: int, arch: str = "sm_90a") -> int:
 
 def chunk_order(arch: str, hidden: int, rows: int, engine: str, chunk_rows: int) -> int:
     """Which rows the backward's dw chunks hold (layout.CONTIGUOUS / STRIDED, args.cuh ChunkOrder): strided
-    from the measured row count on (cake_windows.MEASURED_STRIDED_CHUNKS) where the window's engine is the
-    direct one and a chunk holds at least a full CTA's row groups; else contiguous. A function of (T, H)
-    (the window's engine is), so a forced engine or form leaves it, and every dw bit, as it is."""
-    measured = cw.measured_strided_chunks(arch, hidden)
-    if measured is None or rows < measured[0] or engine != "direct" or not layout.strided_fits(hidden, chunk_rows):
+    from the row count measured for the window's engine on (cake_windows.MEASURED_STRIDED_CHUNKS for the
+    direct engine, MEASURED_STRIDED_RING for the ring) where a chunk holds at least a full CTA's row groups;
+    else contiguous. A function of (T, H) (the window's engine is), so a forced engine or form leaves it,
+    and every dw bit, as it is."""
+    measured = cw.measured_strided_chunks(arch, hidden, engine)
+    if measured is None or rows < measured[0] or not layout.strided_fits(hidden, chunk_rows):
         return layout.CONTIGUOUS
     return layout.STRIDED
 

@@ -381,8 +381,8 @@ MEASURED_L1_LOADS: dict[tuple[str, str, int], tuple[int, Evidence]] = {
 # row blocks in turn with the others (args.cuh ChunkOrder) instead of one contiguous band, so the
 # CTAs of the direct engine walk one dense band of rows together: 2-6% faster on the rows below,
 # and every dw bit of those calls changes (the partition is still a function of (T, H) alone, so no
-# bit depends on the grid). Only where the route's engine is the direct one (the ring walks
-# contiguous chunks) and the chunks hold at least a full CTA's row groups. Not at H 5120 (the one
+# bit depends on the grid). These are the direct engine's windows, where the chunks hold at least a
+# full CTA's row groups; the ring's are MEASURED_STRIDED_RING. Not at H 5120 (the one
 # direct row count timed, 1024, lost 1%), nor below the rows listed (H 256 loses 1-5% at 1024-16384
 # rows, H 512 3% at 1024).
 STRIDED_NOTE = ("bench/variants.py --old-only (a tree whose direct engine walks strided chunks, beside the routed "
@@ -411,10 +411,35 @@ MEASURED_STRIDED_CHUNKS: dict[tuple[str, int], tuple[int, Evidence]] = {
 }
 
 
-def measured_strided_chunks(arch: str, hidden: int) -> tuple[int, Evidence] | None:
-    """(from rows, evidence) of the backward's strided dw chunks where measured (None: contiguous).
-    Blackwell archs take the sm_90a value, marked unmeasured."""
-    return _on_arch(MEASURED_STRIDED_CHUNKS, arch, (hidden,), "strided-chunk edge")
+# The ring engine's windows (_BWD: H 1536, 5120 and 6144 at many rows) walk strided chunks from a
+# measured row count on where they won or tied on every weight and residual row timed: H 1536 and
+# 6144. At H 5120 they won on BF16-weight rows (0.973 at 16384) and lost on FP32-weight ones (1.039),
+# which must keep the same dw bits (the partition is a function of (T, H)), so its ring windows stay
+# contiguous (bench/split.py --chunk-orders, docs/bench/2026-12-04-h200-r26-ring-chunk-orders.json).
+RING_STRIDED_NOTE = ("bench/split.py --no-baselines --chunk-orders with BF16 weight, FP32 weight and the residual "
+                     "(CUPTI kernel-active, cold L2, median of 30; docs/bench/2026-12-04-h200-r26-ring-chunk-orders"
+                     ".json); the first measured ring row count from which strided chunks win or tie on every "
+                     "row timed")
+
+
+def _ring_strided(frm: int, ratio: str) -> tuple[int, Evidence]:
+    return _from_rows(frm, "the ring engine on contiguous dw chunks", "the ring engine on strided dw chunks", ratio,
+                      RING_STRIDED_NOTE)
+
+
+MEASURED_STRIDED_RING: dict[tuple[str, int], tuple[int, Evidence]] = {
+    ("sm_90a", 1536): _ring_strided(32768, "strided / contiguous = 0.984 at T=32768 (87.90 vs 89.31 us), 0.992 at "
+                                           "65536; FP32 weight 0.983 / 0.998, residual 0.998 / 0.996"),
+    ("sm_90a", 6144): _ring_strided(8192, "strided / contiguous = 0.966 at T=8192 (96.72 vs 100.17 us), 0.991 at "
+                                          "65536; FP32 weight 0.968 / 0.991, residual 0.945 / 0.958"),
+}
+
+
+def measured_strided_chunks(arch: str, hidden: int, engine: str = "direct") -> tuple[int, Evidence] | None:
+    """(from rows, evidence) of the backward's strided dw chunks on `engine`'s windows where measured
+    (None: contiguous). Blackwell archs take the sm_90a value, marked unmeasured."""
+    table = MEASURED_STRIDED_CHUNKS if engine == "direct" else MEASURED_STRIDED_RING
+    return _on_arch(table, arch, (hidden,), f"strided-chunk edge ({engine} engine)")
 
 
 def measured_l1_loads(arch: str, pass_: str, hidden: int) -> tuple[int, Evidence] | None:

@@ -77,7 +77,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
                              split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads,
                              order=r.chunk_order),
         evidence=(r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch)
-                  + _order_evidence(pass_, hidden, arch, r.chunk_order)),
+                  + _order_evidence(pass_, hidden, arch, r.chunk_order, r.window.engine)),
         built=find_built(r.program, arch) is not None)
 
 
@@ -87,13 +87,13 @@ def _pack_evidence(pass_: str, hidden: int, arch: str) -> str:
     return "" if hit is None else f"; packed rows from {hit[0][1]} rows: {hit[1].line()}"
 
 
-def _order_evidence(pass_: str, hidden: int, arch: str, order: int) -> str:
-    """Why the backward's dw chunks are strided at this row count (cake_windows.MEASURED_STRIDED_CHUNKS), if
-    they are."""
-    hit = cake_windows.measured_strided_chunks(arch, hidden) if pass_ == "bwd" else None
+def _order_evidence(pass_: str, hidden: int, arch: str, order: int, engine: str) -> str:
+    """Why the backward's dw chunks are strided at this row count (cake_windows.MEASURED_STRIDED_CHUNKS, or
+    MEASURED_STRIDED_RING on the ring's windows), if they are."""
+    hit = cake_windows.measured_strided_chunks(arch, hidden, engine) if pass_ == "bwd" else None
     if hit is None or order != layout.STRIDED:
         return ""
-    return f"; strided dw chunks from {hit[0]} rows: {hit[1].line()}"
+    return f"; strided dw chunks on the {engine} engine from {hit[0]} rows: {hit[1].line()}"
 
 
 def _loads_evidence(pass_: str, hidden: int, arch: str) -> str:

@@ -205,6 +205,35 @@ def test_strided_chunks(hidden, device):
         crd.force_chunk_order("zigzag")
 
 
+@pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view", "two_level"])
+@pytest.mark.parametrize("hidden", [256, 1536, 5120, 6144, 1000])
+def test_ring_walks_strided_chunks(hidden, variant, device):
+    """The ring engine stages strided dw chunks row block by row block (one bulk copy a block of a
+    one-level view, one a row of a two-level view) and gives the direct engine's dx and dw bits on
+    them, into poisoned outputs: in the pair and single forms, under CTA caps (a CTA then takes
+    several chunks), and at row counts whose last blocks lie partly or wholly past the rows. Its
+    contiguous chunks keep their bits too."""
+    checked = 0
+    for n in (700, 5003, 9000):
+        x, r, w, g, gr = _agreement_case(n, hidden, variant, device, seed=n + hidden + 5)
+        rows = x.numel() // hidden
+        if not layout.strided_fits(hidden, cake_jit.dw_partition(rows, hidden)[0]):
+            continue
+        _, h, rstd = run_forward(x, w, EPS, r)
+        xin = h if r is not None else x
+        for order in ("strided", "contiguous"):
+            with crd.force_chunk_order(order), crd.force_engine("direct"), crd.force_form("pair"):
+                base = run_backward(g, xin, w, rstd, gr)
+            for form, cap in (("pair", 0), ("single", 0), ("pair", 7), ("single", 5)):
+                with crd.force_chunk_order(order), crd.force_engine("ring"), crd.force_form(form), \
+                        (crd.cap_ctas(cap) if cap else contextlib.nullcontext()):
+                    out = run_backward(g, xin, w, rstd, gr)
+                for name, a, b in zip(("dx", "dw"), base, out):
+                    assert bits_equal(a, b), f"{name}: ring {order} {form} cap {cap} at {rows} rows ({variant})"
+            checked += 1
+    assert checked > 0, "no row count of this test has a strided partition"
+
+
 @pytest.mark.parametrize("hidden", QUALIFIED + (1000, 16384))
 @pytest.mark.parametrize("variant", ["plain", "res_fp32w", "query_view"])
 def test_fused_form_matches_pair(hidden, variant, device):

@@ -368,35 +368,40 @@ def _strided_chunk_rows(rows: int, hidden: int, chunk_rows: int, chunks: int) ->
 
 
 def test_strided_chunks_rule():
-    """Strided dw chunks from their measured row count on, only where the window's engine is the
-    direct one and a chunk holds a full CTA's row groups; contiguous elsewhere (generic widths, the
-    ring's rows, fewer rows); Blackwell archs take the sm_90a edge marked unmeasured; explain_route
-    says which and why."""
+    """Strided dw chunks from the row count measured for the window's engine on (the direct engine's
+    table, the ring's), where a chunk holds a full CTA's row groups; contiguous elsewhere (generic
+    widths, unmeasured engines, fewer rows); Blackwell archs take the sm_90a edges marked unmeasured;
+    explain_route says which and why."""
     C, S = layout.CONTIGUOUS, layout.STRIDED
-    assert cake_windows.MEASURED_STRIDED_CHUNKS, "measured somewhere"
-    for (arch, hidden), (start, ev) in cake_windows.MEASURED_STRIDED_CHUNKS.items():
-        assert arch == "sm_90a" and hidden in cake_jit.QUALIFIED_WIDTHS and ev.measured
-        assert "bench/variants.py" in ev.line()
-        for rows in (start - 1, start, start + 1, 3 * start, 10**6):
+    tables = {"direct": (cake_windows.MEASURED_STRIDED_CHUNKS, "bench/variants.py"),
+              "ring": (cake_windows.MEASURED_STRIDED_RING, "bench/split.py")}
+    for engine, (table, tool) in tables.items():
+        assert table, f"measured somewhere ({engine})"
+        for (arch, hidden), (start, ev) in table.items():
+            assert arch == "sm_90a" and hidden in cake_jit.QUALIFIED_WIDTHS and ev.measured
+            assert tool in ev.line()
+            assert cake_windows.measured_strided_chunks(arch, hidden, engine)[0] == start
+            for bw in ("sm_100a", "sm_103a"):
+                got = cake_windows.measured_strided_chunks(bw, hidden, engine)
+                assert got[0] == start and not got[1].measured and "never measured" in got[1].line()
+    assert cake_jit.route("sm_90a", "bwd", 1536, "bf16", False, 65536).window.engine == "ring"
+    for hidden in cake_jit.QUALIFIED_WIDTHS + (1000, 8192):
+        edges = sorted({0, *(e[0] for t, _ in tables.values() for (a, h), e in t.items() if h == hidden)})
+        for rows in sorted({1, 100, 1000, 5000, 70000, 10**6, *(e + d for e in edges for d in (-1, 0, 1) if e + d > 0)}):
             r = cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, rows)
+            hit = cake_windows.measured_strided_chunks("sm_90a", hidden, r.window.engine)
             groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
-            want = S if rows >= start and r.window.engine == "direct" and r.chunk_rows >= groups else C
+            want = S if hit is not None and rows >= hit[0] and r.chunk_rows >= groups else C
             assert r.chunk_order == want, (hidden, rows)
             for wname, res in (("fp32", False), ("bf16", True)):  # the partition is the key's, not the weight's
                 assert cake_jit.route("sm_90a", "bwd", hidden, wname, res, rows).chunk_order == want
-            info = routes.explain_route("bwd", hidden, rows, arch="sm_90a")
-            assert ("strided chunk(s)" in info.launch) == (want == S)
-            assert (f"strided dw chunks from {start} rows" in info.evidence) == (want == S)
-        assert cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, start).chunk_order == S, hidden
-        for bw in ("sm_100a", "sm_103a"):
-            got = cake_windows.measured_strided_chunks(bw, hidden)
-            assert got[0] == start and not got[1].measured and "never measured" in got[1].line()
-    for hidden in cake_jit.QUALIFIED_WIDTHS + (1000, 8192):
-        for rows in (1, 100, 1000, 5000, 70000):
-            r = cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, rows)
-            if r.window.engine != "direct" or cake_windows.measured_strided_chunks("sm_90a", hidden) is None:
-                assert r.chunk_order == C, (hidden, rows)
             assert cake_jit.route("sm_90a", "fwd", hidden, "bf16", False, rows).chunk_order == C
+            if hidden in cake_jit.QUALIFIED_WIDTHS:
+                info = routes.explain_route("bwd", hidden, rows, arch="sm_90a")
+                assert ("strided chunk(s)" in info.launch) == (want == S)
+                assert (f"strided dw chunks on the {r.window.engine} engine from" in info.evidence) == (want == S)
+    for hidden, (start, _) in ((h, e) for (_, h), e in cake_windows.MEASURED_STRIDED_CHUNKS.items()):
+        assert cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, start).chunk_order == S, hidden
 
 
 @pytest.mark.parametrize("hidden", [256, 512, 1536, 2048, 4096, 6144])

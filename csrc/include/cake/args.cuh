@@ -64,8 +64,8 @@ enum BackwardEngine : int { kDirect = 0, kRing = 1 };
 // chunk c is rows [c * chunk_rows, (c + 1) * chunk_rows). strided: the chunks take row blocks in
 // turn, block j of chunk c being the b rows from (j * chunks + c) * b (b = the direct engine's row
 // groups a CTA, ceil(chunk_rows / b) blocks a chunk), so that the CTAs walk one dense band of rows
-// together instead of as many bands apart. The ring engine walks contiguous chunks only: a strided
-// partition runs the direct engine. One-row chunks are the same either way.
+// together instead of as many bands apart. Both engines walk either order (the ring stages a
+// strided item block by block). One-row chunks are the same either way.
 enum ChunkOrder : int { kContiguous = 0, kStrided = 1 };
 
 // pair: main + reduce kernel; single: the last CTA reduces; fused: one-row chunks, one launch of

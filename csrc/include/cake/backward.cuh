@@ -49,9 +49,10 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
   const int rpc = rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
-  const bool ring = a.engine == kRing && a.order == kContiguous;  // the ring walks contiguous chunks only
-  a.stages = ring ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD)) : 0;
-  if (a.stages == 0) {  // the direct engine: asked for, or a strided partition, or a ring that does not fit
+  a.stages = a.engine == kRing
+                 ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD))
+                 : 0;
+  if (a.stages == 0) {  // the direct engine: asked for, or a ring that does not fit
     // No idle row groups, except in the single form: its last CTA sweeps the columns blockDim.x at
     // a time, and fewer threads would make that sweep longer than the groups saved.
     const int groups = a.chunk_rows < rpc && a.form != kSingle ? static_cast<int>(a.chunk_rows) : rpc;
@@ -65,7 +66,9 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
     return cudaErrorInvalidValue;  // not reached: the generic program always takes the branch above
   }
   const size_t smem = static_cast<size_t>(StagePlan::make(a.hidden, rpc, rpc * RD, N, a.stages).total);
-  auto kernel = backward_ring_kernel<HC, WT, RES, RD>;
+  // the chunk order as a template argument: a contiguous walk's step stays a constant (registers)
+  auto kernel = a.order == kStrided ? backward_ring_kernel<HC, WT, RES, RD, kStrided>
+                                    : backward_ring_kernel<HC, WT, RES, RD, kContiguous>;
   return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
 }
 

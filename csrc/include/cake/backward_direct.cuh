@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kMaxCtaThreads, 1) backward_direct_kernel(cons
   for (int64_t chunk = blockIdx.x; chunk < a.chunks; chunk += gridDim.x) {
     double acc[VMAX][kVec];
     zero_acc(acc);
-    const ChunkWalk wk = ChunkWalk::make(a, chunk, G.rpc, G.group);
+    const ChunkWalk wk = ChunkWalk::make(a, chunk, G.rpc, G.group, a.order);
     int64_t row = wk.first;
     RowData<VMAX, N> next;
     next.template load<false, L1LOADS>(G, in.src, in.views, row, row < wk.end);

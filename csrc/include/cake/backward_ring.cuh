@@ -58,20 +58,12 @@ constexpr int kMaxStages = 8;
 // most 32 rows) and lane 0's expected-bytes arrival for the bulk copies.
 constexpr unsigned kStageArrivals = 33;
 
-// The CTA's items in order: its chunks grid-stride, each cut into items of item_rows rows. Warp 0
-// keeps the cursor of the next item to stage in shared memory, so that it holds no registers
-// through the consumers' loop.
+// The CTA's items in order: its chunks grid-stride, each walked as ChunkWalk says, RD of its row
+// blocks (b = RPC rows each) an item. Item slot row d*b + g is step s + d of row group g's walk.
+// Warp 0 keeps the cursor of the next item to stage in shared memory, so that it holds no
+// registers through the consumers' loop.
 struct ItemCursor {
-  int64_t chunk, base, end;  // the item is rows [base, min(base + item_rows, end)) of `chunk`
-  __device__ __forceinline__ void start(const BackwardArgs& a, int64_t c) {
-    chunk = c;
-    base = c * a.chunk_rows;
-    end = base + a.chunk_rows < a.rows ? base + a.chunk_rows : a.rows;
-  }
-  __device__ __forceinline__ void advance(const BackwardArgs& a, int item_rows) {
-    base += item_rows;
-    if (base >= end) start(a, chunk + gridDim.x);
-  }
+  int64_t chunk, step;  // the item is steps [step, step + RD) of `chunk`'s walk
 };
 
 // Input tensor I of the backward (g, x, then g_residual), read from the kernel parameters.
@@ -84,52 +76,68 @@ __device__ __forceinline__ const RowView& bwd_view(const BackwardArgs& a) {
   return I == 0 ? a.gv : (I == 1 ? a.xv : a.grv);
 }
 
-// Rows [base, base + n) of one tensor into a slot: one bulk copy when they are contiguous, else
-// one per row (lanes < n).
-template <int I>
-__device__ __forceinline__ void stage_tensor(const BackwardArgs& a, const StagePlan& P, int64_t base, int n,
-                                             int lane, unsigned char* dst, uint64_t* bar) {
+// One tensor's rows of an item into a slot. Lane l stands for slot row l, the row `row` of its
+// block (`lead`: the block's first slot row, of `n` rows there). A one-level view's rows come by
+// one bulk copy an item from lane 0 (contiguous chunks: the item's blocks are adjacent, item_n
+// rows) or one a block from its lead lane (strided); a two-level view's one a row.
+template <int I, int ORDER>
+__device__ __forceinline__ void stage_tensor(const BackwardArgs& a, const StagePlan& P, int lane, int64_t row,
+                                             bool there, bool lead, int n, int item_n, unsigned char* dst,
+                                             uint64_t* bar) {
   const RowView& v = bwd_view<I>(a);
+  const __nv_bfloat16* src = bwd_src<I>(a);
   if (v.d1 == 1 && v.s0 == a.hidden) {
-    if (lane == I) bulk_load(dst, bwd_src<I>(a) + base * v.s0, static_cast<uint32_t>(n * P.row_bytes), bar);
-  } else if (lane < n) {
-    bulk_load(dst + lane * P.row_bytes, bwd_src<I>(a) + v.offset(base + lane), static_cast<uint32_t>(P.row_bytes),
-              bar);
+    if (ORDER == kContiguous ? lane == 0 && item_n > 0 : lead && n > 0)
+      bulk_load(dst + lane * P.row_bytes, src + row * v.s0,
+                static_cast<uint32_t>((ORDER == kContiguous ? item_n : n) * P.row_bytes), bar);
+  } else if (there) {
+    bulk_load(dst + lane * P.row_bytes, src + v.offset(row), static_cast<uint32_t>(P.row_bytes), bar);
   }
 }
 
 // Warp 0 stages the cursor's item into a ring slot and advances the cursor: the rstd values by
 // 4-byte cp.async, the rows of each tensor by bulk copies, all completing on the slot's barrier.
 // Does nothing once the CTA's items are exhausted.
-template <int N>
-__device__ __forceinline__ void stage_next(const BackwardArgs& a, const StagePlan& P, int item_rows,
-                                           ItemCursor* cursor, unsigned char* slot, uint64_t* bar) {
+template <int N, int RD, int ORDER>
+__device__ __forceinline__ void stage_next(const BackwardArgs& a, const StagePlan& P, int b, ItemCursor* cursor,
+                                           unsigned char* slot, uint64_t* bar) {
   const int lane = threadIdx.x & 31;
-  const ItemCursor it = *cursor;
+  ItemCursor it = *cursor;
   if (it.chunk >= a.chunks) return;
-  const int n = static_cast<int>(it.end - it.base < item_rows ? it.end - it.base : item_rows);
-  if (lane < n) async_copy4(slot + P.rstd_off + 4 * lane, a.rstd + it.base + lane);
+  const ChunkWalk w = ChunkWalk::make(a, it.chunk, b, 0, ORDER);
+  // lane l: slot row l, row g = l % b of the item's block d = l / b (walk step it.step + d)
+  const int64_t s = it.step + lane / b;
+  const int64_t first = w.first + s * w.step;  // the block's first row
+  const int64_t left = lane < RD * b && s < w.steps ? w.end - first : 0;
+  const int n = static_cast<int>(left < 0 ? 0 : (left < b ? left : b));  // the block's rows there
+  const bool there = lane % b < n;
+  const int item_n = __popc(__ballot_sync(0xffffffffu, there));
+  if (there) async_copy4(slot + P.rstd_off + 4 * lane, a.rstd + first + lane % b);
   async_copies_arrive(bar);
-  if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(n * N * P.row_bytes));
+  if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(item_n * N * P.row_bytes));
   __syncwarp();
-  stage_tensor<0>(a, P, it.base, n, lane, slot, bar);
-  stage_tensor<1>(a, P, it.base, n, lane, slot + P.tensor_bytes, bar);
-  if constexpr (N == 3) stage_tensor<2>(a, P, it.base, n, lane, slot + 2 * P.tensor_bytes, bar);
-  ItemCursor nx = it;
-  nx.advance(a, item_rows);
+  const bool lead = lane % b == 0;
+  const int64_t row = first + lane % b;
+  stage_tensor<0, ORDER>(a, P, lane, row, there, lead, n, item_n, slot, bar);
+  stage_tensor<1, ORDER>(a, P, lane, row, there, lead, n, item_n, slot + P.tensor_bytes, bar);
+  if constexpr (N == 3)
+    stage_tensor<2, ORDER>(a, P, lane, row, there, lead, n, item_n, slot + 2 * P.tensor_bytes, bar);
+  it.step += RD;
+  if (it.step >= w.steps) it = ItemCursor{it.chunk + gridDim.x, 0};
   __syncwarp();
-  if (lane == 0) *cursor = nx;
+  if (lane == 0) *cursor = it;
   __syncwarp();
 }
 
-// A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H)).
-// Its items stream through a ring of shared-memory slots that warp 0 refills: an item gives row
-// group g the rows base + d*RPC + g, d < RD. Each thread copies its slices of the current item
+// A CTA takes dw chunks grid-stride (chunk -> CTA is free; chunk -> rows is fixed by (T, H) and
+// the chunk order, ChunkWalk). Its items stream through a ring of shared-memory slots that warp 0
+// refills: an item gives row group g its walk's steps s + d, d < RD (the rows the direct engine's
+// group g visits, in the same order). Each thread copies its slices of the current item
 // into registers; the CTA barrier that the g*w*xhat dots need anyway is also the point where
 // that slot is free to refill. Each thread accumulates g*x*rstd for its fixed columns in FP64
 // registers; at the end of a chunk the row groups are combined in group order and the chunk's
 // partial row is written.
-template <int HC, typename WT, bool RES, int RD>
+template <int HC, typename WT, bool RES, int RD, int ORDER>
 __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_threads(HC), RD))
     backward_ring_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
@@ -149,11 +157,12 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_t
   if (threadIdx.x == 0) {
     for (int s = 0; s < P.stages; ++s) mbar_init(&full[s], kStageArrivals);
     fence_mbar_init();
-    cursor.start(a, blockIdx.x);
+    cursor = ItemCursor{blockIdx.x, 0};
   }
   __syncthreads();
   if (producer)
-    for (int s = 0; s < P.stages; ++s) stage_next<N>(a, P, item_rows, &cursor, smem + s * P.stage_bytes, &full[s]);
+    for (int s = 0; s < P.stages; ++s)
+      stage_next<N, RD, ORDER>(a, P, G.rpc, &cursor, smem + s * P.stage_bytes, &full[s]);
   constexpr bool kWRegs = HC > 0;
   WeightSlice<WT> w[Geom::wregs<HC>()];
   G.template load_weights<kWRegs>(wp, w);
@@ -163,10 +172,12 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_t
   for (int64_t chunk = blockIdx.x; chunk < a.chunks; chunk += gridDim.x) {
     double acc[VMAX][kVec];
     zero_acc(acc);
-    const int64_t r0 = chunk * a.chunk_rows;
-    const int64_t r1 = r0 + a.chunk_rows < a.rows ? r0 + a.chunk_rows : a.rows;
-    // The loop count is the same for every thread of the CTA (barriers inside).
-    for (int64_t base = r0; base < r1; base += item_rows) {
+    const ChunkWalk wk = ChunkWalk::make(a, chunk, G.rpc, G.group, ORDER);
+    // The loop count is the same for every thread of the CTA (barriers inside). A step past the
+    // walk's is past its end too (chunks x chunk_rows >= rows), so the row alone says what is there.
+    int64_t row0 = wk.first;
+    const int64_t item_step = RD * wk.step;
+    for (int64_t items = (wk.steps + RD - 1) / RD; items > 0; --items, row0 += item_step) {
       const unsigned char* st = smem + slot * P.stage_bytes;
       mbar_wait(&full[slot], phase);
       Pack8 cur[RD][N][VMAX];
@@ -174,7 +185,7 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_t
 #pragma unroll
       for (int d = 0; d < RD; ++d) {
         const int j = d * G.rpc + G.group;  // this group's row in the item
-        const bool live = base + j < r1;
+        const bool live = row0 + d * wk.step < wk.end;
         r[d] = 0.f;
         dot[d] = 0.f;  // this thread's part of sum_j g*w*x, in the canonical order
         if (!live) continue;
@@ -194,7 +205,7 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_t
       }
       // Every thread has its slices of this slot in registers: warp 0 refills it.
       __syncthreads();
-      if (producer) stage_next<N>(a, P, item_rows, &cursor, smem + slot * P.stage_bytes, &full[slot]);
+      if (producer) stage_next<N, RD, ORDER>(a, P, G.rpc, &cursor, smem + slot * P.stage_bytes, &full[slot]);
 #pragma unroll
       for (int d = 0; d < RD; ++d)
         if (G.warps > 1) dot[d] = sum_warp_sums(&slots[parity][d][G.group * G.warps], G.warps);
@@ -205,8 +216,8 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), bwd_ctas_per_sm(bwd_cta_t
       }
 #pragma unroll
       for (int d = 0; d < RD; ++d) {
-        const int64_t row = base + d * G.rpc + G.group;
-        if (row >= r1) continue;
+        const int64_t row = row0 + d * wk.step;
+        if (row >= wk.end) continue;
         slice_dx_dw<kWRegs, RES>(G, a, row, cur[d][0], cur[d][1], cur[d][N - 1], r[d], dot[d], w, wp, acc);
       }
     }

@@ -33,12 +33,14 @@ struct BackwardSources {
 
 // The rows a row group of a CTA walks in one dw chunk (ChunkOrder): the first, the step between
 // its rows, how many steps (the same for every group of the CTA: barriers inside the walk) and the
-// end past which a row is not there. b: the CTA's row groups.
+// end past which a row is not there. b: the CTA's row groups; order: a.order, or the kernel's
+// compile-time order (the ring's, so that a contiguous walk keeps its step a constant).
 struct ChunkWalk {
   int64_t first, step, steps, end;
-  __device__ __forceinline__ static ChunkWalk make(const BackwardArgs& a, int64_t chunk, int b, int group) {
+  __device__ __forceinline__ static ChunkWalk make(const BackwardArgs& a, int64_t chunk, int b, int group,
+                                                   int order) {
     ChunkWalk w;
-    if (a.order == kStrided) {
+    if (order == kStrided) {
       w.first = chunk * b + group;
       w.step = a.chunks * b;
       w.steps = (a.chunk_rows + b - 1) / b;
