@@ -413,13 +413,14 @@ MEASURED_STRIDED_CHUNKS: dict[tuple[str, int], tuple[int, Evidence]] = {
 
 # The ring engine's windows (_BWD: H 1536, 5120 and 6144 at many rows) walk strided chunks from a
 # measured row count on where they won or tied on every weight and residual row timed: H 1536 and
-# 6144. At H 5120 they won on BF16-weight rows (0.973 at 16384) and lost on FP32-weight ones (1.039),
-# which must keep the same dw bits (the partition is a function of (T, H)), so its ring windows stay
-# contiguous (bench/split.py --chunk-orders, docs/bench/2026-12-04-h200-r26-ring-chunk-orders.json).
+# 6144, from the first ring row (the engine edge + 1). At H 5120 they won on BF16-weight rows (0.973
+# at 16384) and lost on FP32-weight ones (1.039), which must keep the same dw bits (the partition is
+# a function of (T, H)), so its ring windows stay contiguous (bench/split.py --chunk-orders,
+# docs/bench/2026-12-04-h200-r26-ring-chunk-orders.json, -r26-chunk-order-edges.json).
 RING_STRIDED_NOTE = ("bench/split.py --no-baselines --chunk-orders with BF16 weight, FP32 weight and the residual "
                      "(CUPTI kernel-active, cold L2, median of 30; docs/bench/2026-12-04-h200-r26-ring-chunk-orders"
-                     ".json); the first measured ring row count from which strided chunks win or tie on every "
-                     "row timed")
+                     ".json, -r26-chunk-order-edges.json); the first measured ring row count from which strided "
+                     "chunks win or tie (within 1%) on every row timed")
 
 
 def _ring_strided(frm: int, ratio: str) -> tuple[int, Evidence]:
@@ -428,10 +429,12 @@ def _ring_strided(frm: int, ratio: str) -> tuple[int, Evidence]:
 
 
 MEASURED_STRIDED_RING: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 1536): _ring_strided(32768, "strided / contiguous = 0.984 at T=32768 (87.90 vs 89.31 us), 0.992 at "
-                                           "65536; FP32 weight 0.983 / 0.998, residual 0.998 / 0.996"),
-    ("sm_90a", 6144): _ring_strided(8192, "strided / contiguous = 0.966 at T=8192 (96.72 vs 100.17 us), 0.991 at "
-                                          "65536; FP32 weight 0.968 / 0.991, residual 0.945 / 0.958"),
+    ("sm_90a", 1536): _ring_strided(16385, "strided / contiguous = 0.989 at T=16385 (51.10 vs 51.70 us), 0.995 at "
+                                           "24576, 0.984 at 32768, 0.992 at 65536; FP32 weight 0.995 / 0.990 / "
+                                           "0.983 / 0.998; residual 1.006 / 0.985 / 0.998 / 0.996"),
+    ("sm_90a", 6144): _ring_strided(4097, "strided / contiguous = 0.998 at T=4097 (59.42 vs 59.52 us), 0.988 at "
+                                          "6144, 0.966 at 8192, 0.991 at 65536; FP32 weight 0.994 / 0.998 / 0.968 / "
+                                          "0.991; residual 0.961 / 0.970 / 0.945 / 0.958"),
 }
 
 
