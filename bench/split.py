@@ -10,7 +10,8 @@ kernels, cold, as a floor for that shape: `add` (g + x into a third tensor: the 
 reads and one write) and `neg` (-x into y: the forward's one read and one write; a copy would be a
 memcpy, which the timer leaves out). --chunk-orders adds the package's backward with its dw chunks
 forced contiguous and strided (crd.force_chunk_order; 'cake' is the route's order). --weight fp32
-and --residual time those rows of the package instead (its peers then run as in the benchmark).
+and --residual time those rows of the package instead (its peers then run as in the benchmark);
+--engine direct|ring forces the package's engine (crd.force_engine).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def chunk_order_calls(cake, rows: int, hidden: int) -> dict:
     return {f"cake {o}": under(o) for o in orders}
 
 
+def forced(fn, engine: str):
+    """fn under crd.force_engine(engine)."""
+    def call():
+        with crd.force_engine(engine):
+            return fn()
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="bwd:1x256,bwd:1024x512,fwd:256x6144",
@@ -69,6 +78,7 @@ def main() -> None:
     ap.add_argument("--chunk-orders", action="store_true", help="the backward with each dw chunk order too")
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
     ap.add_argument("--residual", action="store_true", help="the residual rows (forward h_new, backward g_residual)")
+    ap.add_argument("--engine", default="route", help="the package's engine: the route's, or forced (crd.force_engine)")
     ap.add_argument("--out", default=None, help="a JSON file for the results")
     a = ap.parse_args()
     bench.lift_recompile_limits()
@@ -94,6 +104,8 @@ def main() -> None:
         for name, fn in calls.items():
             if name == "eager":
                 continue
+            if a.engine != "route" and name.startswith("cake"):
+                fn = forced(fn, a.engine)
             r = split_times(timer, fn)
             results.append({"pass": pass_, "T": rows, "H": hidden, "weight": a.weight, "residual": a.residual,
                             "contender": name, **r})

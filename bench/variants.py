@@ -10,11 +10,14 @@ the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--ol
 adds the programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier
 commit's, labelled ``@<DIR's name>``. Every variant's outputs are compared bit for bit with the
 routed program's: tuning arguments must never change a bit (other trees' bits are reported only).
+``--weight fp32`` times FP32-weight rows; ``--orders contiguous,strided`` times each backward shape
+under each forced dw chunk order (crd.force_chunk_order; where the partition allows it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -125,6 +128,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fwd-args", default="true;false",
                     help="forward launcher arguments to build, ';'-separated (weights in registers: true/false)")
     ap.add_argument("--bwd-args", default="1;2;4", help="backward ring row depths to build, ';'-separated")
+    ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
+    ap.add_argument("--orders", default="route",
+                    help="backward dw chunk orders to time each shape under: route, contiguous, strided (',')")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
     tokens = bench.int_list(a.tokens)
@@ -151,28 +157,35 @@ def main(argv=None) -> int:
     print(f"{'pass':4s} {'shape':22s} {'variant':24s} {'us':>9s}  bits", flush=True)
     for pass_ in a.passes.split(","):
         for h in widths:
-            for s in shapes_for(pass_, h, tokens, a.all_views):
+            for s, order in ((s, o) for s in shapes_for(pass_, h, tokens, a.all_views) for o in a.orders.split(",")):
                 x = bench.make_input(s, device)
-                w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16)
+                w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16 if a.weight == "bf16" else torch.float32)
                 g = torch.randn(x.shape, device=device).to(torch.bfloat16)
                 rstd = api.forward(x, w, 1e-6)[1]
-                ref = outputs(pass_, x, w, g, rstd)
-                us = timer(lambda: outputs(pass_, x, w, g, rstd))
-                rows_out.append({"pass": pass_, "shape": s["label"], "variant": "routed", "us": round(us, 3),
-                                 "bits_equal": True})
-                print(f"{pass_:4s} {s['label']:22s} {'routed':24s} {us:9.3f}", flush=True)
+                chunk_rows = cake_jit.dw_partition(x.numel() // h, h)[0]
+                if order == "strided" and (pass_ != "bwd" or not layout.strided_fits(h, chunk_rows)):
+                    continue
+                forced = contextlib.nullcontext if order == "route" or pass_ != "bwd" else (
+                    lambda: api.force_chunk_order(order))
+                label = s["label"] + ("" if order == "route" else f" {order}")
+                with forced():
+                    ref = outputs(pass_, x, w, g, rstd)
+                    us = timer(lambda: outputs(pass_, x, w, g, rstd))
+                rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "variant": "routed",
+                                 "us": round(us, 3), "bits_equal": True})
+                print(f"{pass_:4s} {label:22s} {'routed':24s} {us:9.3f}", flush=True)
                 for v, mod in zip(vs, mods):
                     if v.pass_ != pass_ or v.hidden != h:
                         continue
-                    with Substitute(f"{pass_}_h{h}", mod):
+                    with Substitute(f"{pass_}_h{h}", mod), forced():
                         got = outputs(pass_, x, w, g, rstd)
                         same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
                                                q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
                                    for p, q in zip(ref, got))
                         us = timer(lambda: outputs(pass_, x, w, g, rstd))
-                    rows_out.append({"pass": pass_, "shape": s["label"], "variant": v.label, "us": round(us, 3),
-                                     "bits_equal": same})
-                    print(f"{pass_:4s} {s['label']:22s} {v.label:24s} {us:9.3f}  {'same' if same else 'DIFFER'}",
+                    rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "variant": v.label,
+                                     "us": round(us, 3), "bits_equal": same})
+                    print(f"{pass_:4s} {label:22s} {v.label:24s} {us:9.3f}  {'same' if same else 'DIFFER'}",
                           flush=True)
                 del x, g
     Path(a.out, "variants.json").write_text(json.dumps(rows_out, indent=1))

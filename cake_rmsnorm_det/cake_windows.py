@@ -193,9 +193,11 @@ def _bracket(pass_: str, hidden: int, low: str, high: str, note: str, date: str 
 # one engine: backward direct, forward regs (generic forward: l1). Measured with bench/engines.py:
 # both engines at T = 512 .. 65536 (bwd) and 256 .. 65536 (fwd); docs/bench/2026-12-02-h200-engines.json
 # (BF16 weight) and -engines-fp32.json (FP32 weight, forward: FP32 slices take twice the registers).
-# The edges were measured on the plain rows and serve the residual rows too (not measured apart);
-# a backward width whose ring slots do not fit a CTA with the residual (H 5120) runs direct
-# throughout (cake_jit).
+# The edges were measured on the plain rows and serve the residual rows too (not measured apart,
+# but at H 5120: its residual rows ran the direct engine until the ring's items held two rows there,
+# and the ring then timed 1.028 / 0.963 / 0.920 of the direct engine at 4096 / 16384 / 65536 rows,
+# docs/bench/2026-12-04-h200-r26-ring-depth2-h5120.json); a backward width whose ring slots do not
+# fit a CTA with the residual runs direct throughout (cake_jit).
 def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str = "bf16",
           date: str = "2026-12-02") -> tuple[int, Evidence]:
     first, second = ENGINES[pass_]
@@ -413,14 +415,16 @@ MEASURED_STRIDED_CHUNKS: dict[tuple[str, int], tuple[int, Evidence]] = {
 
 # The ring engine's windows (_BWD: H 1536, 5120 and 6144 at many rows) walk strided chunks from a
 # measured row count on where they won or tied on every weight and residual row timed: H 1536 and
-# 6144, from the first ring row (the engine edge + 1). At H 5120 they won on BF16-weight rows (0.973
-# at 16384) and lost on FP32-weight ones (1.039), which must keep the same dw bits (the partition is
-# a function of (T, H)), so its ring windows stay contiguous (bench/split.py --chunk-orders,
-# docs/bench/2026-12-04-h200-r26-ring-chunk-orders.json, -r26-chunk-order-edges.json).
+# 6144 from the first ring row (the engine edge + 1), H 5120 from 4096 rows. (At H 5120, with four
+# rows an item, strided chunks won on BF16-weight rows, 0.973 at 16384, and lost on FP32-weight ones,
+# 1.039, where that ring spilled; with two rows an item they win or tie on both. The order must be
+# the same for both weights: the partition is a function of (T, H).) bench/split.py --chunk-orders,
+# docs/bench/2026-12-04-h200-r26-ring-chunk-orders.json, -r26-chunk-order-edges.json,
+# -r26-ring-depth2-h5120.json.
 RING_STRIDED_NOTE = ("bench/split.py --no-baselines --chunk-orders with BF16 weight, FP32 weight and the residual "
                      "(CUPTI kernel-active, cold L2, median of 30; docs/bench/2026-12-04-h200-r26-ring-chunk-orders"
-                     ".json, -r26-chunk-order-edges.json); the first measured ring row count from which strided "
-                     "chunks win or tie (within 1%) on every row timed")
+                     ".json, -r26-chunk-order-edges.json, -r26-ring-depth2-h5120.json); the first measured ring "
+                     "row count from which strided chunks win or tie (within 1%) on every row timed")
 
 
 def _ring_strided(frm: int, ratio: str) -> tuple[int, Evidence]:
@@ -432,6 +436,9 @@ MEASURED_STRIDED_RING: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", 1536): _ring_strided(16385, "strided / contiguous = 0.989 at T=16385 (51.10 vs 51.70 us), 0.995 at "
                                            "24576, 0.984 at 32768, 0.992 at 65536; FP32 weight 0.995 / 0.990 / "
                                            "0.983 / 0.998; residual 1.006 / 0.985 / 0.998 / 0.996"),
+    ("sm_90a", 5120): _ring_strided(4096, "strided / contiguous = 0.962 at T=4096 (46.90 vs 48.77 us), 1.000 at "
+                                          "16384, 1.001 at 65536; FP32 weight 0.987 / 0.992 / 1.000; residual "
+                                          "0.987 / 0.979 / 0.999 (the ring of two rows an item)"),
     ("sm_90a", 6144): _ring_strided(4097, "strided / contiguous = 0.998 at T=4097 (59.42 vs 59.52 us), 0.988 at "
                                           "6144, 0.966 at 8192, 0.991 at 65536; FP32 weight 0.994 / 0.998 / 0.968 / "
                                           "0.991; residual 0.961 / 0.970 / 0.945 / 0.958"),

@@ -81,7 +81,7 @@ def strided_fits(hidden: int, chunk_rows: int) -> bool:
 
 def ring_row_depth(hidden: int) -> int:
     """The backward ring engine's rows per row group per item (backward_ring.cuh, bwd_row_depth)."""
-    return 2 if hidden >= 6144 or bwd_row_groups(hidden) * 4 > 32 else 4
+    return 2 if hidden >= 5120 or bwd_row_groups(hidden) * 4 > 32 else 4
 
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA

@@ -61,12 +61,16 @@ def test_engine_windows(arch):
             assert switches == 1 and engines[0] == first and engines[-1] == second, (key, engines)
 
 
-def test_ring_that_does_not_fit_is_not_routed():
-    """H 5120 with residual: two 120 KB ring slots exceed a CTA's shared memory, so its backward
-    routes run the direct engine throughout (as the launcher would); without residual the ring runs."""
-    assert not layout.ring_fits(5120, True) and layout.ring_fits(5120, False)
+def test_ring_that_does_not_fit_is_not_routed(monkeypatch):
+    """Every qualified width's ring fits a CTA, with and without the residual (H 5120 since its ring
+    items hold two rows: two 60 KB slots with the residual); where two slots would not fit, the
+    routes run the direct engine throughout (as the launcher would)."""
     for h in cake_jit.QUALIFIED_WIDTHS:
-        assert layout.ring_fits(h, False), h
+        assert layout.ring_fits(h, False) and layout.ring_fits(h, True), h
+    res = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", 5120, "bf16", True))
+    assert res[-1].engine == "ring"
+    # a width whose ring fits only without the residual
+    monkeypatch.setattr(layout, "ring_fits", lambda hidden, residual: not residual)
     res = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", 5120, "bf16", True))
     plain = cake_jit.windows(cake_jit.check_key("sm_90a", "bwd", 5120, "bf16", False))
     assert {w.engine for w in res} == {"direct"} and plain[-1].engine == "ring"
