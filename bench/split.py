@@ -78,7 +78,8 @@ def main() -> None:
     ap.add_argument("--chunk-orders", action="store_true", help="the backward with each dw chunk order too")
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
     ap.add_argument("--residual", action="store_true", help="the residual rows (forward h_new, backward g_residual)")
-    ap.add_argument("--engine", default="route", help="the package's engine: the route's, or forced (crd.force_engine)")
+    ap.add_argument("--engine", default="route", choices=["route", "direct", "ring"],
+                    help="the package's backward engine: the route's, or forced (crd.force_engine)")
     ap.add_argument("--out", default=None, help="a JSON file for the results")
     a = ap.parse_args()
     bench.lift_recompile_limits()
