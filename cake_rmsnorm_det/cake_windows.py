@@ -214,9 +214,14 @@ def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str 
 # / 6144 from 8192 rows).
 _BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight rows time alike (<= 1.07x)
     1536: _edge("bwd", 1536, 16384, "1.037 (51.79 vs 49.95 us)", "0.975 (89.22 vs 91.52 us, T=32768)"),
-    5120: _edge("bwd", 5120, 2048, "1.043 (35.65 vs 34.19 us)", "0.986 (51.71 vs 52.43 us, T=4096)"),
-    # re-measured with the dw partition of cake_windows.DW_CHUNKS (128 chunks up to 4096 rows at
-    # H >= 5120; docs/bench/2026-12-03-h200-r12-engines-bwd.json); the other edges still hold there
+    # re-timed with the ring at two rows an item (backward_ring.cuh bwd_row_depth; it was 2048 at
+    # four): ring/direct 1.046 at 2048 and 1.014 at 3072 on the route's chunk order (FP32 weight
+    # 1.040 / 1.007), 1.018 at 3072 and 0.991 / 0.963 at 4096 / 5120 with both engines on
+    # contiguous chunks, 1.010 at 4096 on strided ones (docs/bench/2026-12-05-h200-r27-engines-h5120.json)
+    5120: _edge("bwd", 5120, 3072, "1.018 (37.14 vs 36.50 us)", "0.991 (45.55 vs 45.98 us, T=4096; "
+                "contiguous dw chunks for both engines)", date="2026-12-05"),
+    # H 6144 re-measured with the dw partition of cake_windows.DW_CHUNKS (128 chunks up to 4096 rows
+    # at H >= 5120; docs/bench/2026-12-03-h200-r12-engines-bwd.json); the other edges still hold there
     6144: _edge("bwd", 6144, 4096, "1.014 (56.30 vs 55.54 us)", "0.956 (98.74 vs 103.23 us, T=8192)"),
 }
 _FWD = {

@@ -106,6 +106,26 @@ def fused_tile_cluster(rows: int, hidden: int) -> int:
     return c
 
 
+REDUCE_TILE, MAX_BLOCKS, MIN_BLOCK_CHUNKS = 32, 32, 8  # dw_reduce.cuh kReduceTile, kMaxBlocks, kMinBlockChunks
+H200_SMS = 132  # the launch rules are shown for it where no GPU is present
+
+
+def dw_block_len(chunks: int, one_row: bool) -> int:
+    """Chunks per level-1 block of the dw combine (dw_reduce.cuh): ceil(C / 32), and at least
+    min(C, MIN_BLOCK_CHUNKS) where the chunks hold several rows. Part of dw's canonical order."""
+    least = 1 if one_row else min(chunks, MIN_BLOCK_CHUNKS)
+    return max(ceil(chunks / MAX_BLOCKS), least)
+
+
+def dw_reduce_tile(hidden: int, sms: int) -> int:
+    """Columns per CTA of the pair form's reduce kernel (dw_reduce.cuh, dw_reduce_tile): the
+    narrowest of 8 and 16 whose tiles fit one an SM, else 32. No bit depends on it."""
+    for tile in (8, 16):
+        if ceil(hidden / tile) <= sms:
+            return tile
+    return REDUCE_TILE
+
+
 RING_SMEM_BUDGET = 232448 - 1024  # sm_90a / sm_100a per-CTA opt-in limit, less ring_stages' reserve
 
 
@@ -170,6 +190,7 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
     part = f"dw partition {chunks} {'strided' if order == STRIDED else 'contiguous'} chunk(s) of {chunk_rows} row(s)"
     if form == "single":
         return f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; last CTA reduces"
-    tiles = ceil(hidden / 32)
+    tile = dw_reduce_tile(hidden, sms or H200_SMS)
     return (f"{kernel}: {cta}; grid min({chunks}, resident CTAs); {part}; "
-            f"dw_reduce_kernel {tiles} CTAs")
+            f"dw_reduce_kernel {ceil(hidden / tile)} CTAs of {tile} columns, level-1 blocks of "
+            f"{dw_block_len(chunks, chunk_rows == 1)} chunk(s)")

@@ -14,7 +14,7 @@ import torch
 
 from . import cake_jit, cake_windows, layout
 from .programs import SUPPORTED_ARCHS, current_arch, find_built, sm_count
-from .layout import launch_config
+from .layout import H200_SMS, launch_config
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,6 @@ def _weight_name(w: Union[str, torch.dtype]) -> str:
         return "fp32"
     raise ValueError(f"weight dtype must be bf16 or fp32, got {w!r}")
 
-
-H200_SMS = 132  # what the forward's launch rule is shown for where no GPU is present
 
 
 def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str, torch.dtype] = "bf16",

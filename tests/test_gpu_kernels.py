@@ -152,11 +152,14 @@ def test_dw_bits_independent_of_grid(hidden, device):
             assert bits_equal(rs, rstd), f"rstd bits change with {cap} CTAs"
 
 
-@pytest.mark.parametrize("hidden", [256, 2048, 4096, 5120, 6144])
+@pytest.mark.parametrize("hidden", [256, 512, 1536, 2048, 4096, 5120, 6144])
 def test_pair_and_single_agree(hidden, device):
-    """The forms give the same bits; at H 5120 / 6144 the pair form's reduce runs half as many warps
-    per tile (each taking two level-1 blocks) wherever the partition has more than 16 blocks."""
-    for rows in (1, 3, 20, 600, 5000):
+    """The forms give the same bits: the pair form's reduce on tiles of 8 (H 256 / 512), 16 (1536 /
+    2048) or 32 columns (4096-6144 on 132 SMs) against the single form's one CTA over every column; at
+    H 5120 / 6144 the pair form's reduce runs half as many warps per tile (each taking two level-1
+    blocks) wherever the partition has more than 16 blocks; 1024 rows hold 128 or 256 chunks of several
+    rows, in level-1 blocks of 8."""
+    for rows in (1, 3, 20, 600, 1024, 5000):
         x, _, w, g, _ = make(rows, hidden, torch.float32, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
         outs = {}

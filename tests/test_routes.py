@@ -212,6 +212,7 @@ def test_routes_cli_all_table():
 _MIRROR = r"""
 #include <cstdio>
 #include "cake/backward_fused.cuh"
+#include "cake/dw_reduce.cuh"
 #include "cake/forward.cuh"
 #include "cake/layout.cuh"
 template <int H>
@@ -228,6 +229,13 @@ int main() {
   for (int h : cluster_hs)
     for (int r : cluster_rows)
       std::printf("cluster %d %d %d\n", r, h, cake::fused_tile_cluster(r, cake::fused_tiles(h)));
+  const long long chunks[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128, 255, 256, 257, 264, 512, 896, 1024};
+  for (long long c : chunks)
+    std::printf("block %lld %lld %lld\n", c, (long long)cake::dw_block_len(c, true), (long long)cake::dw_block_len(c, false));
+  const int tile_hs[] = {8, 256, 512, 1000, 1024, 1536, 2048, 2112, 4096, 5120, 16384};
+  for (int h : tile_hs)
+    for (int sms : {8, 132, 148})
+      std::printf("tile %d %d %d\n", h, sms, cake::dw_reduce_tile(h, sms));
   const int hs[] = {8, 16, 24, 200, 256, 264, 512, 1000, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192, 16376, 16384};
   for (int h : hs) {
     auto b = cake::row_layout(h);
@@ -251,9 +259,18 @@ def test_python_layout_mirrors_the_header(tmp_path):
     assert tuple(map(int, first.split())) == (layout.ONE_ROW_MAX_HIDDEN, layout.FUSED_TILE_COLS,
                                               layout.STREAM_LOADS, layout.L1_LOADS,
                                               layout.CONTIGUOUS, layout.STRIDED)
+    blocks = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("block ")]
+    assert blocks and any(one != multi for _, one, multi in blocks)
+    for c, one, multi in blocks:
+        assert (layout.dw_block_len(c, True), layout.dw_block_len(c, False)) == (one, multi), c
+        assert ceil(c / multi) <= layout.MAX_BLOCKS and ceil(c / one) <= layout.MAX_BLOCKS, c
+    tiles = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("tile ")]
+    assert {t for _, _, t in tiles} == {8, 16, 32}
+    for h, sms, t in tiles:
+        assert layout.dw_reduce_tile(h, sms) == t, (h, sms)
     clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
     packs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("pack ")]
-    lines = [line for line in lines if not line.startswith(("cluster ", "pack "))]
+    lines = [line for line in lines if not line.startswith(("cluster ", "pack ", "block ", "tile "))]
     assert len(packs) == 11 and any(has for _, has, _, _ in packs)
     for h, has, pack, slices in packs:
         assert layout.fwd_has_pack(h) == bool(has) and (pack, slices) == (layout.FWD_PACK, layout.FWD_MAX_PACK_SLICES), h

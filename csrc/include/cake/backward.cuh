@@ -30,7 +30,7 @@ inline cudaError_t launch_backward_grid(const void* kernel, void (*entry)(Backwa
   entry<<<static_cast<unsigned>(blocks), threads, smem, a.stream>>>(a);
   e = cudaGetLastError();
   if (e != cudaSuccess || a.form != kPair) return e;
-  return launch_dw_reduce(a.partials, a.dw, a.hidden, a.chunks, a.stream);
+  return launch_dw_reduce(a.partials, a.dw, a.hidden, a.chunks, a.chunk_rows == 1, a.stream);
 }
 
 // The direct engine's kernel, its row groups cut (CUT) or not, its rows read into L1 or streamed.

@@ -43,14 +43,14 @@ constexpr int kTileCols = 32 * kTileLaneCols;  // columns per tile CTA
 __host__ __device__ constexpr int tile_depth(int hc, bool deep) { return hc == 0 ? 2 : (deep && hc < 6144 ? 8 : 4); }
 // The deep rounds once a level-1 block holds more rows than a shallow round loads.
 template <int HC>
-__host__ __device__ __forceinline__ bool tile_deep(int64_t rows) { return dw_block_len(rows) > tile_depth(HC, false); }
+__host__ __device__ __forceinline__ bool tile_deep(int64_t rows) { return dw_block_len(rows, true) > tile_depth(HC, false); }
 
 // Tile CTAs of a fused launch: one per kTileCols columns, whatever the rows (even one row's dw is
 // FP64 work worth spreading over SMs: a row CTA that also summed it ran 1.35x longer at [1,4096]).
 __host__ __device__ __forceinline__ int64_t fused_tiles(int64_t hidden) { return (hidden + kTileCols - 1) / kTileCols; }
 
 // Shared memory of a tile CTA: the level-1 results, [blocks][kTileCols] (s, c) pairs; blocks
-// = dw_blocks(rows) <= kMaxBlocks.
+// = dw_blocks(rows, true) <= kMaxBlocks.
 __host__ __device__ __forceinline__ size_t fused_tile_smem(int64_t blocks) {
   return size_t(blocks) * kTileCols * sizeof(double2);
 }
@@ -138,7 +138,7 @@ __device__ __forceinline__ void tile_level2(const BackwardArgs& a, int64_t base,
     a.dw[base + c] = dw_final_of(blocks + c, nb, kTileCols);
 }
 
-// dw of one tile in one CTA: level 1 (blocks of dw_block_len(rows) consecutive rows, compensated
+// dw of one tile in one CTA: level 1 (blocks of dw_block_len(rows, true) consecutive rows, compensated
 // in row order) spread over the CTA's warps, each lane on kTileLaneCols adjacent columns, a
 // warp's BPW blocks side by side; level 2 (the blocks in block order) a column per thread. Every
 // thread of the CTA calls it (one CTA barrier inside; a CTA sums one tile, so `blocks` is never
@@ -148,7 +148,7 @@ __device__ __forceinline__ void fused_dw_tile(const BackwardArgs& a, int64_t til
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = tile * kTileCols;
   const int64_t col = base + int64_t(lane) * kTileLaneCols;
-  const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
+  const int64_t len = dw_block_len(a.rows, true), nb = dw_blocks(a.rows, true);
   if (col < a.hidden) {  // H is a multiple of 8: a lane's columns are all in or all out
     for (int64_t b0 = warp; b0 < nb; b0 += int64_t(warps) * BPW)
       tile_level1<DEPTH, BPW>(a, col, lane, b0, warps, len, nb, blocks);
@@ -171,7 +171,7 @@ __device__ __forceinline__ void fused_dw_tile_split(const BackwardArgs& a, int64
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t base = tile * kTileCols;
   const int64_t col = base + int64_t(lane) * kTileLaneCols;
-  const int64_t len = dw_block_len(a.rows), nb = dw_blocks(a.rows);
+  const int64_t len = dw_block_len(a.rows, true), nb = dw_blocks(a.rows, true);
   const int64_t first = int64_t(warp) * csize + rank, stride = int64_t(warps) * csize;
   if (col < a.hidden && first < nb) {  // lanes past H leave a warp of the last tile apart
     tile_level1<DEPTH, BPW, true>(a, col, lane, first, stride, len, nb,
@@ -343,7 +343,7 @@ inline int fused_tile_cluster(int64_t rows, int64_t tiles) {
 inline int fused_cluster_of(const BackwardArgs& a, bool rule, int warps, int split_bpw) {
   int c = a.tile_cluster > 0 ? a.tile_cluster : (rule ? fused_tile_cluster(a.rows, fused_tiles(a.hidden)) : 1);
   if (c > kMaxTileCluster || (a.max_ctas > 0 && a.max_ctas < c)) c = 1;
-  if (c > 1 && int64_t(c) * warps * split_bpw < dw_blocks(a.rows)) c = 1;
+  if (c > 1 && int64_t(c) * warps * split_bpw < dw_blocks(a.rows, true)) c = 1;
   return c;
 }
 
@@ -365,7 +365,7 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int rpc = rows_per_cta(L.threads);
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
-  const size_t smem = fused_tile_smem(dw_blocks(a.rows));
+  const size_t smem = fused_tile_smem(dw_blocks(a.rows, true));
   const int64_t row_ctas = (a.rows + groups - 1) / groups;
   constexpr int kBpw = tile_blocks_per_warp(HC);
   constexpr int kSplitBpw = split_blocks_per_warp(HC);
@@ -375,7 +375,7 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   if (csize > 1) {
     kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kSplitBpw, true>;
   } else if constexpr (kBpw > 1 && !kDeep) {
-    if (dw_blocks(a.rows) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
+    if (dw_blocks(a.rows, true) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
   }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).

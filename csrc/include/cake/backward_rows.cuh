@@ -168,7 +168,7 @@ __device__ __forceinline__ void single_form_tail(const BackwardArgs& a) {
   __syncthreads();
   if (ticket == gridDim.x - 1) {
     __threadfence();
-    dw_reduce_cta(a.partials, a.dw, a.hidden, a.chunks);
+    dw_reduce_cta(a.partials, a.dw, a.hidden, a.chunks, a.chunk_rows == 1);
     if (threadIdx.x == 0) *a.counter = 0u;
   }
 }
