@@ -54,7 +54,6 @@ def _weight_name(w: Union[str, torch.dtype]) -> str:
     raise ValueError(f"weight dtype must be bf16 or fp32, got {w!r}")
 
 
-
 def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str, torch.dtype] = "bf16",
                   residual: bool = False, arch: Optional[str] = None, heads: int = 1) -> RouteInfo:
     """Explain the route of one call: `tokens` x `heads` rows of width `hidden`.

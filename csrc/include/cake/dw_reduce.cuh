@@ -118,31 +118,34 @@ inline int dw_reduce_tile(int64_t hidden, int64_t sms) {
   return kReduceTile;
 }
 
-// One warp per 32 / TILE level-1 blocks (up to 32 blocks). At 32-column tiles, unless the tiles
-// would then not all fit the device at once (at 1024 threads a CTA holds an SM alone, so
-// H > 32 * SMs would run a second wave: H 5120 and 6144 on 132 SMs): then fewer warps, each taking
-// several blocks (b += warps). Which warp sums a block never changes its bits.
-inline cudaError_t launch_dw_reduce(const double* partials, float* dw, int64_t hidden,
-                                    int64_t chunks, bool one_row, cudaStream_t stream) {
-  const int tile = dw_reduce_tile(hidden, device_sms());
-  const int64_t tiles = (hidden + tile - 1) / tile;
-  const int64_t nb = dw_blocks(chunks, one_row);
-  const int sub = kReduceTile / tile;
-  int warps = static_cast<int>((nb + sub - 1) / sub);  // nb <= kMaxBlocks
+// One warp per 32 / TILE level-1 blocks (up to 32 blocks), unless the tiles would then not all fit
+// the device at once (at 1024 threads a CTA holds an SM alone, so 32-column tiles of H > 32 * SMs
+// would run a second wave: H 5120 and 6144 on 132 SMs; narrower tiles are only chosen where they
+// fit): then fewer warps, each taking several blocks. Which warp sums a block never changes its bits.
+template <int TILE>
+cudaError_t launch_dw_reduce_tiles(const double* partials, float* dw, int64_t hidden, int64_t chunks,
+                                   bool one_row, cudaStream_t stream) {
+  const int64_t tiles = (hidden + TILE - 1) / TILE;
+  const int64_t nb = dw_blocks(chunks, one_row);  // <= kMaxBlocks
+  constexpr int kSub = kReduceTile / TILE;
+  int warps = static_cast<int>((nb + kSub - 1) / kSub);
   if (warps < 1) warps = 1;
   cudaError_t e = cudaSuccess;
-  if (tile == 8) {
-    dw_reduce_kernel<8><<<static_cast<unsigned>(tiles), warps * 32, 0, stream>>>(partials, dw, hidden, chunks, one_row);
-  } else if (tile == 16) {
-    dw_reduce_kernel<16><<<static_cast<unsigned>(tiles), warps * 32, 0, stream>>>(partials, dw, hidden, chunks, one_row);
-  } else {
-    while (warps > 8 && resident_ctas(reinterpret_cast<const void*>(dw_reduce_kernel<kReduceTile>), warps * 32, 0, &e) < tiles) {
-      if (e != cudaSuccess) return e;
-      warps = (warps + 1) / 2;
-    }
-    dw_reduce_kernel<kReduceTile><<<static_cast<unsigned>(tiles), warps * 32, 0, stream>>>(partials, dw, hidden, chunks, one_row);
+  while (warps > 8 && resident_ctas(reinterpret_cast<const void*>(dw_reduce_kernel<TILE>), warps * 32, 0, &e) < tiles) {
+    if (e != cudaSuccess) return e;
+    warps = (warps + 1) / 2;
   }
+  dw_reduce_kernel<TILE><<<static_cast<unsigned>(tiles), warps * 32, 0, stream>>>(partials, dw, hidden, chunks, one_row);
   return cudaGetLastError();
+}
+
+inline cudaError_t launch_dw_reduce(const double* partials, float* dw, int64_t hidden,
+                                    int64_t chunks, bool one_row, cudaStream_t stream) {
+  switch (dw_reduce_tile(hidden, device_sms())) {
+    case 8: return launch_dw_reduce_tiles<8>(partials, dw, hidden, chunks, one_row, stream);
+    case 16: return launch_dw_reduce_tiles<16>(partials, dw, hidden, chunks, one_row, stream);
+    default: return launch_dw_reduce_tiles<kReduceTile>(partials, dw, hidden, chunks, one_row, stream);
+  }
 }
 
 }  // namespace cake
