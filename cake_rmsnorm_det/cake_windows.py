@@ -55,6 +55,7 @@ SINGLE_FORM_ROUND_TRIPS = 8
 
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 H200 = "NVIDIA H200"
+H100 = "NVIDIA H100 80GB HBM3"
 
 # The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
 # warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 160 rows:
@@ -103,23 +104,41 @@ def _split(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # CTAs (backward_fused.cuh, fused_tile_cluster), which moved their edges out again, against the pair
 # form on the DW_CHUNKS class partition (what those rows run without a one-row reach; -r21-tile-clusters.json);
 # H 4096's edge held there (pair/fused 1.033 at T=640, 0.980 at 768). A tie (within 2%) keeps the pair form.
+def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
+    """An edge re-measured after the pair form's combine got cheaper (dw_reduce.cuh: 8/16/32-column
+    tiles, level-1 blocks of at least 8 multi-row chunks), against the pair form on the width's
+    previous DW_CHUNKS class partition."""
+    return at, Evidence(
+        measured=True, gpu=H100, sms=132, date="2026-12-05", below=f"bwd_h{hidden} fused (split tiles)",
+        above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
+        note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 384 .. 1024 (CUPTI kernel-active, cold "
+             "L2, median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-05-h100-r28-fused-edges.json); "
+             "the one-row reach (DW_ONE_ROW_ROWS) ends at the edge, between the two measured row counts; a tie "
+             "(within 2%) keeps the pair form")
+
+
+# Re-measured once more after the combine got cheaper (-r28-fused-edges.json, an H100 of 132 SMs):
+# the pair form gained 0.3-1.0 us at 448-896 rows, which moved the edges of H 256, 512, 1536, 2048
+# and 5120 in by one or two measured row counts; H 4096's and 6144's held there (pair/fused 1.041 at
+# [640,4096], 1.024 at [576,6144] and 1.011 at [640,6144], a tie).
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _split(256, 896, "pair/fused = 1.047 at T=768 (6.75 vs 6.45 us), 1.044 at T=896 (7.55 vs 7.23), "
-                            "0.922 at T=1024 (7.01 vs 7.60); again on the shipped programs: 1.048 at 896, 0.926 at 1024"),
-    ("sm_90a", 512): _split(512, 896, "pair/fused = 1.092 at T=768 (7.62 vs 6.98 us), 1.076 at T=896 (8.54 vs 7.94), "
-                            "0.938 at T=1024 (8.10 vs 8.64); again on the shipped programs: 1.081 at 896, 0.938 at 1024"),
-    ("sm_90a", 1536): _split(1536, 512, "pair/fused = 1.057 at T=448 (8.35 vs 7.90 us), 1.034 at T=512 (8.77 vs 8.48), "
-                             "0.955 at T=576 (9.15 vs 9.58); again on the shipped programs: 1.042 at 512, 0.964 at 576"),
-    ("sm_90a", 2048): _split(2048, 896, "pair/fused = 1.067 at T=896 (11.30 vs 10.59 us), 1.024 at T=1024 (11.74 vs "
-                             "11.46); again on the shipped programs: 1.063 at 896 (11.20 vs 10.54), 1.005 at 1024 (11.68 "
-                             "vs 11.62: a tie, so the pair form), 0.944 at 1280 (12.99 vs 13.76)"),
+    ("sm_90a", 256): _combine(256, 768, "pair/fused = 1.040 at T=768 (7.10 vs 6.83 us), 0.940 at T=896 (7.25 vs "
+                              "7.71); on the H200 before the cheaper combine 1.044 at 896"),
+    ("sm_90a", 512): _combine(512, 768, "pair/fused = 1.077 at T=768 (8.16 vs 7.58 us), 0.989 at T=896 (8.45 vs "
+                              "8.54); on the H200 before the cheaper combine 1.076 at 896"),
+    ("sm_90a", 1536): _combine(1536, 384, "pair/fused = 1.031 at T=384 (7.94 vs 7.70 us), 0.964 at T=448 (8.02 vs "
+                               "8.32), 0.934 at T=512 (8.35 vs 8.94); on the H200 before the cheaper combine 1.034 at 512"),
+    ("sm_90a", 2048): _combine(2048, 768, "pair/fused = 1.071 at T=768 (10.69 vs 9.98 us), 1.009 at T=896 (11.38 vs "
+                               "11.28: a tie, so the pair form); on the H200 before the cheaper combine 1.063 at 896"),
     ("sm_90a", 4096): _fused(4096, 640, "pair/fused = 1.217 at T=448 (12.19 vs 10.02 us), 1.054 at T=576 (13.38 vs "
-                             "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39)", True),
-    ("sm_90a", 5120): _fused(5120, 640, "pair/fused = 1.169 at T=512 (15.78 vs 13.50 us), 1.070 at T=576 (16.26 vs "
-                             "15.20), 1.033 at T=640 (16.86 vs 16.32), 0.987 at T=768 (17.98 vs 18.22)", True),
+                             "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39); held after "
+                             "the cheaper combine (H100, -r28-fused-edges.json): 1.041 at 640", True),
+    ("sm_90a", 5120): _combine(5120, 512, "pair/fused = 1.063 at T=512 (15.78 vs 14.85 us), 0.995 at T=576 (16.61 vs "
+                               "16.70), 0.965 at T=640 (17.15 vs 17.78); on the H200 before the cheaper combine 1.033 at 640"),
     ("sm_90a", 6144): _fused(6144, 576, "pair/fused = 1.114 at T=416 (16.11 vs 14.46 us), 1.074 at T=512 (17.41 vs "
                              "16.21), 1.034 at T=576 (17.86 vs 17.28, a tile's warps on two blocks at once), 0.908 "
-                             "at T=768 (19.81 vs 21.81)", True),
+                             "at T=768 (19.81 vs 21.81); held after the cheaper combine (H100, -r28-fused-edges.json): "
+                             "1.024 at 576, 1.011 at 640 (a tie)", True),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -138,12 +157,28 @@ MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
 #   -> 56.35 (128), [4096,4096] 38.19 (256) against 41.74 (128): H 4096 goes back to 264 above 1024.
 # Above the last edge the old rule's 264 chunks (bandwidth: a chunk's partial costs 8/(6*rows)
 # of its rows' bytes) stand: nothing past T = 4096 was timed with other counts.
+# Re-measured at 1024-4096 rows once the combine got cheaper (dw_reduce.cuh's narrow tiles and
+# blocks of at least 8 chunks; an H100 of 132 SMs, 2026-12-05, chunks of 4 / 8 / 16 / 32 rows,
+# docs/bench/2026-12-05-h100-r28-partition.json): narrow widths want far fewer than 264 chunks
+# ([1024,512] 8.67 us on 256 chunks -> 7.55 on 64 (7.30 on 128), [896,512] 8.45 on 224 -> 7.39 on
+# 64, [2048,512] 9.86 -> 8.64 on 128, [4096,512] 11.44 -> 11.02 on 128; rows of one warp, "warp"
+# below: [2048,256] 9.73 -> 7.55 on 64 (7.30 on 128), [4096,256] 9.65 -> 8.64 on 128), and mid
+# widths 128 chunks up to 2048 rows ([2048,1536] 14.37 ->
+# 14.08, [2048,2048] 17.74 -> 16.51, [2048,4096] 30.03 -> 27.63; at 4096 rows 256 chunks still win:
+# [4096,1536] 20.85 against 23.39 on 128, [4096,4096] 47.12 against 50.72).
 DW_CHUNK_TARGET = 264
 DW_NARROW_ROWS_PER_CTA = 4
+DW_WARP_ROWS_PER_CTA = 16
 DW_WIDE_HIDDEN = 5120
+# "warp": rows of one warp (H <= 256: 16 row groups a CTA). There, chunks of fewer rows than the
+# CTA's groups but 4 lost ([1024,256] on 128 chunks of 8 rows 8.38 us against 7.41 on 256 of 4,
+# [896,256] on 64 chunks of 14 rows 9.49 against 7.25 on 224 of 4), while chunks of 16 and 32 rows
+# won (-r28-partition.json: [1024,256] 6.50 on 64 chunks of 16): 4-row chunks up to 960 rows, then
+# counts that give chunks of 16 rows or more (64 chunks from 961 rows hold 16).
 DW_CHUNKS = {
-    "narrow": ((None, DW_CHUNK_TARGET),),
-    "mid": ((256, 64), (1024, 128), (None, DW_CHUNK_TARGET)),
+    "warp": ((960, DW_CHUNK_TARGET), (2048, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
+    "narrow": ((1024, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
+    "mid": ((256, 64), (2048, 128), (None, DW_CHUNK_TARGET)),
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
 # Widths whose one-row chunks reach past their DW_CHUNKS class: H -> the last row count of one-row
@@ -151,12 +186,13 @@ DW_CHUNKS = {
 # straight from g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the
 # DW_CHUNKS partition there (bench/partition.py --fused, H200, MEASURED_FUSED_EDGES' evidence;
 # docs/bench/2026-12-03-h200-r19-fused-reach.json, and 2026-12-04-h200-r21-tile-clusters.json at H <=
-# 2048 with split tiles): [896,256] 7.55 -> 7.23 us, [896,512] 8.54 -> 7.94, [512,1536] 8.77 -> 8.48,
-# [896,2048] 11.30 -> 10.59, [640,4096] 13.87 -> 13.38, [640,5120] 16.86 -> 16.32, [576,6144] 17.86 ->
-# 17.28; they lose one measured row count further (a tile's FP64 sums grow with the rows). Exact
+# 2048 with split tiles; re-measured after the combine got cheaper, -r28-fused-edges.json on an H100):
+# [768,256] 7.10 -> 6.83 us, [768,512] 8.16 -> 7.58, [384,1536] 7.94 -> 7.70, [768,2048] 10.69 -> 9.98,
+# [640,4096] 14.85 -> 14.27, [512,5120] 15.78 -> 14.85, [576,6144] 18.64 -> 18.21 (that run); they lose
+# or tie one measured row count further (a tile's FP64 sums grow with the rows). Exact
 # widths only (the generic widths take the rule's reach below); the pair form on one-row chunks is
 # slower there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {256: 896, 512: 896, 1536: 512, 2048: 896, 4096: 640, 5120: 640, 6144: 576}
+DW_ONE_ROW_ROWS = {256: 768, 512: 768, 1536: 384, 2048: 768, 4096: 640, 5120: 512, 6144: 576}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.
