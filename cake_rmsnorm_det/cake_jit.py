@@ -37,10 +37,13 @@ def _is_narrow(hidden: int) -> bool:
 
 def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden`'s DW_CHUNKS class, without its one-row reach
-    (what a row count past the fused window runs: bench/partition.py --pair-class)."""
+    (what a row count past the fused window runs: bench/partition.py --pair-class). The class goes
+    by the backward CTA's row groups (rows of one warp, narrow), else by the width (mid, wide)."""
     if layout.bwd_row_groups(hidden) >= cw.DW_WARP_ROWS_PER_CTA:
-        return cw.DW_CHUNKS["warp"]
-    return cw.DW_CHUNKS["narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"]
+        cls = "warp"
+    else:
+        cls = "narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"
+    return cw.DW_CHUNKS[cls]
 
 
 @lru_cache(maxsize=None)
