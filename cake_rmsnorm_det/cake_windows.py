@@ -83,27 +83,6 @@ def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence
         "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
 
 
-def _split(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
-    """An edge measured with the fused form's dw tiles split over clusters of CTAs (the launcher's
-    rule), against the pair form on the width's DW_CHUNKS class partition."""
-    return at, Evidence(
-        measured=True, gpu=H200, sms=132, date="2026-12-04", below=f"bwd_h{hidden} fused (split tiles)",
-        above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
-        note="bench/partition.py --fused --tile-clusters 1,2,4,8 --pair-class (CUPTI kernel-active, cold L2, "
-             "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-04-h200-r21-tile-clusters.json); "
-             "the one-row reach (DW_ONE_ROW_ROWS) ends at the edge, between the two measured row counts")
-
-
-# (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
-# --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
-# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). Re-measured with the fused
-# kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
-# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on the DW_CHUNKS
-# partition past DW_ONE_ROW_ROWS' old reach; H 6144's with a tile's warps on two blocks at once
-# (-r19-tile-blocks-partition.json). H <= 2048 re-measured with each dw tile split over a cluster of
-# CTAs (backward_fused.cuh, fused_tile_cluster), which moved their edges out again, against the pair
-# form on the DW_CHUNKS class partition (what those rows run without a one-row reach; -r21-tile-clusters.json);
-# H 4096's edge held there (pair/fused 1.033 at T=640, 0.980 at 768). A tie (within 2%) keeps the pair form.
 def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
     """An edge re-measured after the pair form's combine got cheaper (dw_reduce.cuh: 8/16/32-column
     tiles, level-1 blocks of at least 8 multi-row chunks), against the pair form on the width's
@@ -117,6 +96,16 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
              "(within 2%) keeps the pair form")
 
 
+# (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
+# --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
+# row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). Re-measured with the fused
+# kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
+# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on the DW_CHUNKS
+# partition past DW_ONE_ROW_ROWS' old reach; H 6144's with a tile's warps on two blocks at once
+# (-r19-tile-blocks-partition.json). H <= 2048 re-measured with each dw tile split over a cluster of
+# CTAs (backward_fused.cuh, fused_tile_cluster), which moved their edges out again, against the pair
+# form on the DW_CHUNKS class partition (what those rows run without a one-row reach; -r21-tile-clusters.json);
+# H 4096's edge held there (pair/fused 1.033 at T=640, 0.980 at 768). A tie (within 2%) keeps the pair form.
 # Re-measured once more after the combine got cheaper (-r28-fused-edges.json, an H100 of 132 SMs):
 # the pair form gained 0.3-1.0 us at 448-896 rows, which moved the edges of H 256, 512, 1536, 2048
 # and 5120 in by one or two measured row counts; H 4096's and 6144's held there (pair/fused 1.041 at
