@@ -220,3 +220,40 @@ def test_a_killed_build_leaves_a_lock_the_next_process_recovers(tmp_path):
     t0 = time.time()
     lib = P.build_program(p, "sm_90a", tmp_path)
     assert P._library_ok(lib) and time.time() - t0 < 300
+
+
+
+@pytest.fixture
+def experiment_tree():
+    """bench/experiment_tree.py as a module (it needs GNU patch)."""
+    if shutil.which("patch") is None:
+        pytest.skip("GNU patch not installed")
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import experiment_tree as mod
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+def test_every_experiment_patch_applies_to_the_routed_sources(experiment_tree, tmp_path):
+    """bench/experiments/*.patch are timed as trees beside the routed programs: each must still
+    apply to the current sources and change a header (a stale one fails here, not on the GPU)."""
+    patches = sorted((ROOT / "bench" / "experiments").glob("*.patch"))
+    assert patches
+    for p in patches:
+        out = tmp_path / p.stem
+        experiment_tree.make_tree(out, [p])
+        changed = [h for h in (out / "include" / "cake").iterdir()
+                   if h.read_bytes() != (ROOT / "csrc" / "include" / "cake" / h.name).read_bytes()]
+        assert changed, f"{p.name} changed no header"
+        assert not list(out.rglob("*.orig")) and not list(out.rglob("*.rej"))
+
+
+def test_an_experiment_patch_that_does_not_apply_leaves_no_tree(experiment_tree, tmp_path):
+    bad = tmp_path / "bad.patch"
+    bad.write_text("--- a/csrc/include/cake/vec.cuh\n+++ b/csrc/include/cake/vec.cuh\n@@ -1,1 +1,1 @@\n"
+                   "-this line is not in the file\n+nor this one\n")
+    with pytest.raises(SystemExit, match="does not apply"):
+        experiment_tree.make_tree(tmp_path / "tree", [bad])
+    assert not (tmp_path / "tree").exists()
