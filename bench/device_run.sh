@@ -14,9 +14,9 @@
 # CONTEXT_ARGS). split: bench/split.py (each contender's kernels apart; SPLIT_ARGS). cycles:
 # bench/level2_cycles.cu. ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over
 # bench/probe.py.
-# Logs go to /tmp/logs and come back as $OUT/logs.tgz; the tail of each step is printed.
+# Logs go to $LOG (default /tmp/logs) and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
-OUT=${OUT:-/tmp/out}; LOG=/tmp/logs; mkdir -p "$OUT" "$LOG"
+OUT=${OUT:-/tmp/out}; LOG=${LOG:-/tmp/logs}; mkdir -p "$OUT" "$LOG"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null' EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD TVM_FFI_CUDA_ARCH_LIST=9.0a CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1

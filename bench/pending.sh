@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The measurements docs/performance.md ("Next") holds pending for the H200, as calls on the GPU
+# machine from the repository root with .whl/ and .variants/ carried (each call at most ~560 s):
+#   python3 bench/experiment_tree.py .variants/<name> bench/experiments/<patch>   (first, on a
+#       machine with GNU patch: the trees of TREES below; missing ones are built here if it can)
+#   bash bench/pending.sh windows contenders     (first call)
+#   bash bench/pending.sh edges                  (second call)
+# windows: the smoke test and GPU suite on the routed programs; the one-row backward experiments
+#   (bench/experiments/one_row_dw_*.patch) beside the routed programs at T = 1 (each change at H 256
+#   and 1536, all three at H 512 and, with the one-row kernel's reach moved, at H 2048); the dw
+#   chunk counts (cake_windows.DW_CHUNKS, measured on an H100) at 1024-4096 rows; the forward's
+#   engines with FP32 weight at H 2048 (its edge, the H200's of round 11, lost on the H100).
+# contenders: every contender, backward, 1024-4096 tokens (the rows the H100's windows moved).
+# edges: the fused edges (MEASURED_FUSED_EDGES, DW_ONE_ROW_ROWS; an H100's) re-timed.
+# Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
+STEPS=" $* "
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [windows] [contenders] [edges]"; exit 2; }
+T0=$SECONDS
+BUDGET=${BUDGET:-560}
+left() { echo $(( BUDGET - (SECONDS - T0) )); }
+declare -A TREES=([rowfirst]="one_row_dw_first" [rowstores]="one_row_dw_direct_stores"
+                  [rowcheck]="one_row_dw_batched_check" [rowlean]="one_row_dw_lean"
+                  [rowlean2048]="one_row_dw_lean_to_2048")
+if [[ $STEPS == *" windows "* ]]; then
+  for t in "${!TREES[@]}"; do
+    [[ -f .variants/$t/build.json ]] && continue
+    if command -v patch >/dev/null; then
+      python3 bench/experiment_tree.py ".variants/$t" "bench/experiments/${TREES[$t]}.patch" || exit 1
+    else
+      echo "pending: .variants/$t not carried and no GNU patch here: its experiment is skipped"
+    fi
+  done
+  # Leave the contenders step ~260 s when it follows in this call.
+  RESERVE=0; [[ $STEPS == *" contenders "* ]] && RESERVE=260
+  DEADLINE=$(( $(left) - RESERVE )) \
+  PARTITION_ARGS="--widths 256,512,1536,2048,4096 --tokens 1024,2048,4096 --chunk-rows 4,8,16,32 --no-single" \
+  ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 1024,2048,4096,16384" \
+  VARIANT_TREES=".variants/rowfirst/ .variants/rowstores/ .variants/rowcheck/ .variants/rowlean/" \
+  VARIANT_ARGS="--old-only --passes bwd --widths 256,1536 --tokens 1" \
+  VARIANT_TREES2=".variants/rowlean/ .variants/rowlean2048/" VARIANT_ARGS2="--old-only --passes bwd --widths 512,2048 --tokens 1" \
+  LOG=$LOGS/windows OUT=/tmp/step_out bash bench/device_run.sh smoke gputests variants variants2 partition engines ||
+    { echo "pending: the windows step failed (smoke test?): nothing else runs"; exit 1; }
+fi
+if [[ $STEPS == *" contenders "* ]]; then
+  DEADLINE=$(left) BENCH_ARGS="--passes bwd --min-tokens 1024 --max-tokens 4096 --widths 256,512,1536,2048,4096,5120,6144" \
+  LOG=$LOGS/contenders OUT=/tmp/step_out bash bench/device_run.sh bench plain
+fi
+if [[ $STEPS == *" edges "* ]]; then
+  E="--widths 256,512,1536,2048,4096,5120,6144 --tokens 384,448,512,576,640,768,896,1024"
+  DEADLINE=$(left) PARTITION_ARGS="$E --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
+  LOG=$LOGS/edges OUT=/tmp/step_out bash bench/device_run.sh partition
+fi
