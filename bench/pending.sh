@@ -4,7 +4,7 @@
 #   python3 bench/experiment_tree.py .variants/<name> bench/experiments/<patch>   (first, on a
 #       machine with GNU patch: the trees of TREES below; missing ones are built here if it can)
 #   bash bench/pending.sh windows contenders     (first call)
-#   bash bench/pending.sh edges                  (second call)
+#   bash bench/pending.sh slices edges           (second call; slices runs first)
 # windows: the smoke test and GPU suite on the routed programs; the one-row backward experiments
 #   (bench/experiments/one_row_dw_*.patch) beside the routed programs at T = 1 (each change at H 256
 #   and 1536, all three at H 512 and, with the one-row kernel's reach moved, at H 2048); the dw
@@ -12,27 +12,29 @@
 #   engines with FP32 weight at H 2048 (its edge, the H200's of round 11, lost on the H100).
 # contenders: every contender, backward, 1024-4096 tokens (the rows the H100's windows moved).
 # edges: the fused edges (MEASURED_FUSED_EDGES, DW_ONE_ROW_ROWS; an H100's) re-timed.
+# slices: the backward at H 2048 / 4096 with two 16-byte slices a thread
+#   (bench/experiments/bwd_two_slices_h2048_h4096.patch; new bits, so timing and distance only).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [windows] [contenders] [edges]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [windows] [contenders] [edges] [slices]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
 declare -A TREES=([rowfirst]="one_row_dw_first" [rowstores]="one_row_dw_direct_stores"
                   [rowcheck]="one_row_dw_batched_check" [rowlean]="one_row_dw_lean"
-                  [rowlean2048]="one_row_dw_lean_to_2048")
+                  [rowlean2048]="one_row_dw_lean_to_2048" [bwd2slices]="bwd_two_slices_h2048_h4096")
+for t in "${!TREES[@]}"; do
+  [[ -f .variants/$t/build.json ]] && continue
+  if command -v patch >/dev/null; then
+    python3 bench/experiment_tree.py ".variants/$t" "bench/experiments/${TREES[$t]}.patch" || exit 1
+  else
+    echo "pending: .variants/$t not carried and no GNU patch here: its experiment is skipped"
+  fi
+done
 if [[ $STEPS == *" windows "* ]]; then
-  for t in "${!TREES[@]}"; do
-    [[ -f .variants/$t/build.json ]] && continue
-    if command -v patch >/dev/null; then
-      python3 bench/experiment_tree.py ".variants/$t" "bench/experiments/${TREES[$t]}.patch" || exit 1
-    else
-      echo "pending: .variants/$t not carried and no GNU patch here: its experiment is skipped"
-    fi
-  done
   # Leave the contenders step ~260 s when it follows in this call.
   RESERVE=0; [[ $STEPS == *" contenders "* ]] && RESERVE=260
   DEADLINE=$(( $(left) - RESERVE )) \
@@ -47,6 +49,12 @@ fi
 if [[ $STEPS == *" contenders "* ]]; then
   DEADLINE=$(left) BENCH_ARGS="--passes bwd --min-tokens 1024 --max-tokens 4096 --widths 256,512,1536,2048,4096,5120,6144" \
   LOG=$LOGS/contenders OUT=/tmp/step_out bash bench/device_run.sh bench plain
+fi
+if [[ $STEPS == *" slices "* ]]; then
+  T=$(left); (( T > 200 )) && T=200  # the rest for the edges step when it follows
+  DEADLINE=$T VARIANT_TREES=".variants/bwd2slices/" \
+  VARIANT_ARGS="--old-only --passes bwd --widths 2048,4096 --tokens 1024,4096,16384,65536" \
+  LOG=$LOGS/slices OUT=/tmp/step_out bash bench/device_run.sh variants
 fi
 if [[ $STEPS == *" edges "* ]]; then
   E="--widths 256,512,1536,2048,4096,5120,6144 --tokens 384,448,512,576,640,768,896,1024"

@@ -10,6 +10,7 @@ the benchmark's method (CUPTI kernel-active time, cold L2, median of 30). ``--ol
 adds the programs of another source tree (DIR/include, DIR/<program files>), e.g. an earlier
 commit's, labelled ``@<DIR's name>``. Every variant's outputs are compared bit for bit with the
 routed program's: tuning arguments must never change a bit (other trees' bits are reported only).
+Where another tree's bits differ, the row also gives max |diff| / max |ref| over the outputs.
 ``--weight fp32`` times FP32-weight rows; ``--orders contiguous,strided`` times each backward shape
 under each forced dw chunk order (crd.force_chunk_order; where the partition allows it).
 """
@@ -182,15 +183,29 @@ def main(argv=None) -> int:
                         same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
                                                q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
                                    for p, q in zip(ref, got))
+                        far = 0.0 if same else farthest(ref, got)
                         us = timer(lambda: outputs(pass_, x, w, g, rstd))
                     rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "variant": v.label,
-                                     "us": round(us, 3), "bits_equal": same})
-                    print(f"{pass_:4s} {label:22s} {v.label:24s} {us:9.3f}  {'same' if same else 'DIFFER'}",
-                          flush=True)
+                                     "us": round(us, 3), "bits_equal": same, "max_rel_diff": far})
+                    print(f"{pass_:4s} {label:22s} {v.label:24s} {us:9.3f}  "
+                          f"{'same' if same else f'DIFFER (max |diff| / max |ref| {far:.1e})'}", flush=True)
                 del x, g
     Path(a.out, "variants.json").write_text(json.dumps(rows_out, indent=1))
     summary(rows_out)
     return 0 if all(r["bits_equal"] for r in rows_out if "@" not in r["variant"]) else 1
+
+
+def farthest(ref, got) -> float:
+    """The largest of each output's max |got - ref| / max |ref|: how far a variant whose bits differ
+    (another tree, e.g. a new layout) is from the routed program; a reordered sum stays within a few
+    of its dtype's ulps, a broken kernel does not."""
+    worst = 0.0
+    for p, q in zip(ref, got):
+        p, q = p.double(), q.double()
+        scale = p.abs().max().item() or 1.0
+        d = (q - p).abs().max().item()
+        worst = max(worst, d / scale if d == d else float("inf"))  # NaN where ref is finite: inf
+    return worst
 
 
 def summary(rows: list[dict]) -> None:
