@@ -15,8 +15,8 @@ from .api import (backward, cap_ctas, force_chunk_order, force_cta_rows, force_e
 from .autograd import RMSNorm, rmsnorm
 
 
-def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype="bf16", residual: bool = False,
-                  arch=None, heads: int = 1):
+def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: "str | torch.dtype" = "bf16",
+                  residual: bool = False, arch: "str | None" = None, heads: int = 1) -> "RouteInfo":
     """Which program runs for `tokens` x `heads` rows of width `hidden`, in which form, and why
     (see :func:`cake_rmsnorm_det.routes.explain_route`)."""
     from .routes import explain_route as _explain

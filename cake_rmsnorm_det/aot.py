@@ -15,7 +15,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TextIO
 
 from .programs import SUPPORTED_ARCHS, Program, build_program, program_by_key, programs
 
@@ -31,8 +31,10 @@ def _build_one(key: str, arch: str, out: str) -> tuple[str, str, float, str]:
 
 
 def build_all(archs: list[str], out: Path, jobs: int = 0, only: Optional[list[str]] = None,
-              log=sys.stdout) -> list[tuple[str, str, float, str]]:
-    """Build the programs of build.json (or `only` those keys) for each arch into `out`."""
+              log: TextIO = sys.stdout) -> list[tuple[str, str, float, str]]:
+    """Build the programs of build.json (or `only` those keys) for each arch into `out`, `jobs` at
+    once (0: a CPU each), a line on `log` as each ends; one (key, arch, seconds, library or
+    "FAILED: why") a build. A failed build is reported, not raised."""
     todo: list[tuple[Program, str]] = []
     for arch in archs:
         if arch not in SUPPORTED_ARCHS:

@@ -115,12 +115,16 @@ class RMSNorm(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Set the weight to ones (as torch.nn.RMSNorm does)."""
         if self.weight is not None:
             torch.nn.init.ones_(self.weight)
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """y = RMSNorm(x) (BF16 x of last dimension normalized_shape); with `residual`, (y, h_new) where
+        h_new = x + residual is normalized and returned for the next layer."""
         w = self.weight if self.weight is not None else self._ones
         return rmsnorm(x, w, self.eps, residual)
 
     def extra_repr(self) -> str:
+        """The module's arguments, as torch.nn.RMSNorm prints them."""
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)

@@ -31,6 +31,8 @@ def int_list(text: str) -> tuple[int, ...]:
 
 
 def shapes(quick: bool) -> list[dict]:
+    """The benchmark's shape table (../shared/MEASURE.md): every width at each token count, then the
+    key and query head views; `quick`: four token counts and one view of each kind."""
     out = []
     ts = (1, 256, 4096, 65536) if quick else TOKENS
     for h in WIDTHS:
@@ -43,7 +45,9 @@ def shapes(quick: bool) -> list[dict]:
     return out
 
 
-def make_input(shape: dict, device) -> torch.Tensor:
+def make_input(shape: dict, device: torch.device) -> torch.Tensor:
+    """The x of one table shape, BF16 normal values: plain rows, the contiguous key view, or the
+    strided query view (the first 256 columns of each head of a [T, 24, 512] buffer, not copied)."""
     t, h = shape["T"], shape["H"]
     if shape["kind"] == "rows":
         return torch.randn(t, h, device=device).to(torch.bfloat16)
@@ -116,7 +120,7 @@ def _stream_tbps(op: Callable[[], object], nbytes: int) -> float:
     return nbytes / (t0.elapsed_time(t1) / 1e3 / 10) / 1e12
 
 
-def copy_ceiling(device) -> float:
+def copy_ceiling(device: torch.device) -> float:
     """TB/s of a 2 GB device-to-device copy (bytes read + written): the forward's ratio, one read
     to one write."""
     a = torch.empty(2 * 2**30, dtype=torch.uint8, device=device)
@@ -126,7 +130,7 @@ def copy_ceiling(device) -> float:
     return tbps
 
 
-def add_ceiling(device) -> float:
+def add_ceiling(device: torch.device) -> float:
     """TB/s of PyTorch's BF16 add of two 1 GB operands into a third (bytes read + written): the
     backward's ratio, two reads (g, x) to one write (dx)."""
     a = torch.zeros(2**29, dtype=torch.bfloat16, device=device)
@@ -140,13 +144,17 @@ def add_ceiling(device) -> float:
 # --------------------------------------------------------------------------------------------
 # The contenders. Each returns a zero-argument callable that runs one call of the pass.
 
-def eager_fwd(x, w, eps):
+def eager_fwd(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eager baseline's forward: the FP32 formula, y in BF16 and rstd."""
     xf = x.float()
     r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (xf * r * w.float()).to(torch.bfloat16), r
 
 
-def eager_bwd(g, x, w, rstd):
+def eager_bwd(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+              rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eager baseline's backward: dx (BF16) and dw (FP32, PyTorch's own reduction) from the FP32
+    formula."""
     gf, xf, wf = g.float(), x.float(), w.float()
     r = rstd.unsqueeze(-1)
     xhat = xf * r
@@ -160,7 +168,11 @@ def eager_bwd(g, x, w, rstd):
 _compiled: dict = {}
 
 
-def contenders(pass_: str, x, w, g, eps, residual, include_baselines: bool):
+def contenders(pass_: str, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float,
+               residual: Optional[torch.Tensor], include_baselines: bool) -> dict[str, Callable[[], object]]:
+    """One zero-argument call of the pass per contender: cake_rmsnorm_det, and with
+    `include_baselines` torch eager, torch.compile (dynamic=False), F.rms_norm with autograd and
+    Liger where it is installed (the peers read strided views through a reshape copy)."""
     import cake_rmsnorm_det as crd
 
     out: dict[str, Callable[[], object]] = {}
@@ -220,14 +232,16 @@ def lift_recompile_limits() -> None:
             setattr(torch._dynamo.config, knob, 100000)
 
 
-def row_inputs(rows: int, hidden: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def row_inputs(rows: int, hidden: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x, w, g of the bench scripts: BF16 normal rows, a BF16 weight in [0.5, 1.5), BF16 normal g."""
     x = torch.randn(rows, hidden, device=device).to(torch.bfloat16)
     w = (torch.rand(hidden, device=device) + 0.5).to(torch.bfloat16)
     return x, w, torch.randn_like(x)
 
 
-def run(args) -> list[dict]:
+def run(args: argparse.Namespace) -> list[dict]:
+    """Time every shape of the table that `args` selects, each contender in this process (CUPTI
+    kernel-active time, cold L2, median of 30), with a progress line a shape; one dict a row."""
     lift_recompile_limits()
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -291,6 +305,7 @@ def run(args) -> list[dict]:
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
+    """The results as docs/performance.md's table: us per contender, cake's TB/s, best baseline / cake."""
     names = ["cake", "eager", "compile", "F.rms_norm", "liger"]
     lines = [f"GPU {meta['gpu']} ({meta['sms']} SMs), {meta['date']}, torch {meta['torch']}, copy ceiling "
              f"{meta['copy_TBps']} TB/s"
@@ -306,6 +321,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], outdir: Path) -> None:
+    """<pass>_tbps.png in `outdir`: effective TB/s against T, one panel per width, every contender
+    (BF16 weight, no residual)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -146,13 +146,16 @@ class Window:
     engine: str = "direct"  # fwd: "regs" | "l1"; bwd: "direct" | "ring"
 
     def contains(self, rows: int) -> bool:
+        """Whether a call of `rows` rows falls in this window (lo, hi]."""
         return rows > self.lo and (self.hi is None or rows <= self.hi)
 
     def text(self) -> str:
+        """The window as "(lo, hi]" ("inf" for no upper edge)."""
         return f"({self.lo}, {'inf' if self.hi is None else self.hi}]"
 
 
 def check_key(arch: str, pass_: str, hidden: int, weight: str, residual: bool) -> RouteKey:
+    """The route key of these arguments, or a ValueError that names the accepted values."""
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"arch {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHS)}")
     if pass_ not in PASSES:
@@ -165,6 +168,7 @@ def check_key(arch: str, pass_: str, hidden: int, weight: str, residual: bool) -
 
 
 def program_key_for(pass_: str, hidden: int) -> str:
+    """The program of a pass and width: the width's tuned program, else the pass's generic one."""
     return f"{pass_}_h{hidden}" if hidden in QUALIFIED_WIDTHS else f"{pass_}_generic"
 
 
@@ -291,6 +295,7 @@ def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str
         return rpc
 
     def busiest(r: int) -> int:
+        """Rows of the busiest SM with r rows a CTA."""
         return ceil(ceil(rows / r) / sms) * r
 
     best = rpc
@@ -324,4 +329,5 @@ def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows:
 
 
 def all_keys(arch: str, widths: tuple[int, ...] = QUALIFIED_WIDTHS) -> list[RouteKey]:
+    """Every route key of `arch` at `widths`: each pass, weight dtype, with and without the residual."""
     return [RouteKey(arch, p, h, w, r) for p in PASSES for h in widths for w in WEIGHTS for r in (False, True)]

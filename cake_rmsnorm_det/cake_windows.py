@@ -32,6 +32,7 @@ class Evidence:
     ratio: str = ""     # e.g. "single/pair = 0.93 at 128 rows, 1.07 at 256 rows"
 
     def line(self) -> str:
+        """One line for explain_route: where and what was measured, or why nothing was."""
         if not self.measured:
             return f"unmeasured: {self.note}"
         return (f"measured on {self.gpu} ({self.sms} SMs) {self.date}: {self.below} | {self.above}; "
@@ -39,6 +40,7 @@ class Evidence:
 
 
 def unmeasured(note: str) -> Evidence:
+    """Evidence of a rule, not a measurement (what the note says)."""
     return Evidence(measured=False, note=note)
 
 
@@ -69,6 +71,7 @@ FUSED_RULE_ROWS = 160
 
 
 def fused_rule_evidence(arch: str) -> Evidence:
+    """Why the fused form takes one-row chunks up to FUSED_RULE_ROWS rows where no edge was measured."""
     if arch == "sm_90a":
         return unmeasured(f"rule: the fused form up to {FUSED_RULE_ROWS} rows of one-row chunks (it won there at "
                           "every width measured: the qualified ones and H 1000 / 3072 / 8192 / 16384)")
@@ -501,6 +504,7 @@ def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[tuple[int, int], Evid
 
 
 def rule_evidence(arch: str) -> Evidence:
+    """Why the single / pair edge is where the byte rule puts it (no measured edge)."""
     if arch == "sm_90a":
         return unmeasured("latency rule: single while chunks*ceil(H/512) <= 8 L2 round trips in the last "
                           "CTA; single lost 22.8 us vs 6.8 us (pair) at 64 round trips")

@@ -64,6 +64,7 @@ def fwd_row_span(hidden: int, wide: bool, pack: int = 1) -> int:
 
 
 def rows_per_cta(row_threads: int) -> int:
+    """Rows side by side in a CTA of about CTA_THREADS threads (layout.cuh rows_per_cta)."""
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
 

@@ -38,6 +38,7 @@ _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"(cake/[^"]+)"', re.M)
 
 
 def package_dir() -> Path:
+    """The installed package's folder."""
     return Path(__file__).resolve().parent
 
 
@@ -50,10 +51,12 @@ def source_root() -> Path:
 
 
 def build_json_path() -> Path:
+    """build.json: every program's sources, hashes, archs and flags."""
     return source_root() / "build.json"
 
 
 def include_dir() -> Path:
+    """The device headers (csrc/include) every program includes."""
     return source_root() / "csrc" / "include"
 
 
@@ -76,6 +79,7 @@ class Program:
     launches: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
+        """The program as build.json writes it."""
         return {
             "name": self.name, "key": self.key, "pass": self.pass_, "hidden": self.hidden,
             "kernel": self.kernel, "kernel_sha256": self.kernel_sha256,
@@ -86,6 +90,7 @@ class Program:
 
     @staticmethod
     def from_record(r: dict[str, Any]) -> "Program":
+        """The program of one build.json record."""
         return Program(
             name=r["name"], key=r["key"], pass_=r["pass"], hidden=r["hidden"], kernel=r["kernel"],
             binding=r["binding"], kernel_sha256=r["kernel_sha256"], binding_sha256=r["binding_sha256"],
@@ -147,6 +152,7 @@ def programs() -> tuple[Program, ...]:
 
 
 def program_by_key(key: str) -> Program:
+    """The program of a route's key (e.g. "bwd_h4096"), or a KeyError naming build.json."""
     prog = _build_json()[1].get(key)
     if prog is None:
         raise KeyError(f"no program with key {key!r} in {build_json_path()}")
@@ -306,18 +312,21 @@ def cudart_dirs(home: Path | None = None) -> list[Path]:
 
 @lru_cache(maxsize=None)
 def nvcc_version() -> str:
+    """nvcc's release line (part of each build's cache key)."""
     out = subprocess.run([str(find_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout
     m = re.search(r"release [^\n]*", out)
     return m.group(0) if m else out.strip().splitlines()[-1]
 
 
 def tvm_ffi_version() -> str:
+    """apache-tvm-ffi's version (part of each build's cache key)."""
     import tvm_ffi
 
     return str(getattr(tvm_ffi, "__version__", "unknown"))
 
 
 def arch_of_capability(cap: tuple[int, int]) -> str:
+    """The build arch of a compute capability, or a RuntimeError naming the supported ones."""
     for arch, c in SUPPORTED_ARCHS.items():
         if c == tuple(cap):
             return arch

@@ -72,20 +72,21 @@ def dw_error_ratio(dw: torch.Tensor, ref: torch.Tensor, atol: float = 1e-4, rtol
     return float(((dw.double() - ref).abs() / (atol + rtol * ref.abs())).max())
 
 
+def _ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """A BF16 / FP32 tensor's bits as int64, ordered like its values (sign and magnitude to signed)."""
+    bits, magnitude = {torch.bfloat16: (torch.int16, 0x7FFF), torch.float32: (torch.int32, 0x7FFFFFFF)}[t.dtype]
+    i = t.contiguous().view(bits).to(torch.int64)
+    return torch.where(i < 0, -(i & magnitude), i)
+
+
 def bf16_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Distance in BF16 ulps between two BF16 tensors (as ordered integers; NaN-free inputs)."""
-    def key(t: torch.Tensor) -> torch.Tensor:
-        i = t.contiguous().view(torch.int16).to(torch.int32)
-        return torch.where(i < 0, -(i & 0x7FFF), i)
-    return (key(a) - key(b)).abs()
+    return (_ordered_bits(a) - _ordered_bits(b)).abs()
 
 
 def fp32_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Distance in FP32 ulps between two FP32 tensors (as ordered integers)."""
-    def key(t: torch.Tensor) -> torch.Tensor:
-        i = t.contiguous().view(torch.int32).to(torch.int64)
-        return torch.where(i < 0, -(i & 0x7FFFFFFF), i)
-    return (key(a) - key(b)).abs()
+    return (_ordered_bits(a) - _ordered_bits(b)).abs()
 
 
 def input_family(name: str, rows: int, hidden: int, device: torch.device | str = "cpu",

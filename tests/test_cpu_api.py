@@ -112,6 +112,10 @@ def test_reference_math_agrees_with_fp64():
     b = torch.tensor([1.0078125, -2.0, 3.0]).to(torch.bfloat16)
     assert ref.bf16_ulp_distance(a, b).tolist() == [1, 0, 0]
     assert int(ref.fp32_ulp_distance(torch.tensor([1.0]), torch.tensor([1.0000001])).item()) == 1
+    tiny = torch.tensor([1e-45])  # the smallest subnormals either side of zero are 2 ulps apart; -0 is 0
+    assert ref.fp32_ulp_distance(-tiny, tiny).tolist() == [2]
+    assert ref.fp32_ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0])).tolist() == [0]
+    assert ref.bf16_ulp_distance(torch.tensor([-0.0]).bfloat16(), torch.tensor([0.0]).bfloat16()).tolist() == [0]
 
 
 def test_input_families():
@@ -167,3 +171,20 @@ def test_route_inspection_without_a_device_says_what_to_pass(monkeypatch):
     assert "fused" in str(crd.explain_route("bwd", 4096, tokens=256, arch="sm_90a"))
     monkeypatch.setenv("CAKE_RMSNORM_DET_ARCH", "sm_90a")
     assert "sm_90a" in str(crd.explain_route("bwd", 4096, tokens=256))
+
+
+def test_every_public_function_has_a_docstring_and_type_hints():
+    """The package's public functions and methods (no leading underscore) say what they do and take."""
+    import ast
+    from pathlib import Path
+
+    missing = []
+    for f in sorted(Path(crd.__file__).parent.glob("*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"):
+                args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+                hinted = n.returns is not None and all(a.annotation is not None for a in args
+                                                       if a.arg not in ("self", "cls"))
+                if not ast.get_docstring(n) or not hinted:
+                    missing.append(f"{f.name}:{n.lineno} {n.name}")
+    assert missing == []
