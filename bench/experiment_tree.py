@@ -14,13 +14,14 @@ whether their bits equal the routed programs' (an experiment that keeps the bits
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cake_rmsnorm_det import programs  # noqa: E402
 
 
 def make_tree(out: Path, patches: list[Path]) -> None:
@@ -39,12 +40,12 @@ def make_tree(out: Path, patches: list[Path]) -> None:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    build = json.loads((ROOT / "build.json").read_text())
-    shutil.copy2(ROOT / "build.json", out / "build.json")
-    for prog in build["programs"]:
-        for f in (prog["kernel"], prog["binding"]):
-            shutil.copy2(ROOT / f, out / Path(f).name)
-    shutil.copytree(ROOT / "csrc" / "include", out / "include")
+    root = programs.source_root()
+    shutil.copy2(programs.build_json_path(), out / "build.json")
+    for prog in programs.programs():
+        for f in (prog.kernel, prog.binding):
+            shutil.copy2(root / f, out / Path(f).name)
+    shutil.copytree(programs.include_dir(), out / "include")
     for p in patches:
         # -p2 strips "a/csrc/": the tree's root is csrc/'s copy.
         args = ["patch", "--batch", "--forward", "--silent", "-p2", "-d", str(out), "-i", str(p.resolve())]
@@ -57,7 +58,7 @@ def make_tree(out: Path, patches: list[Path]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", type=Path, help="the tree to (re)create, e.g. .variants/rowfirst")
+    ap.add_argument("out", type=Path, help="the tree to (re)create, e.g. .variants/one_row_dw_first")
     ap.add_argument("patches", type=Path, nargs="+", help="patches of csrc/, applied in order")
     a = ap.parse_args(argv)
     make_tree(a.out, a.patches)

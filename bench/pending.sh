@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The measurements docs/performance.md ("Next") holds pending for the H200, as calls on the GPU
 # machine from the repository root with .whl/ and .variants/ carried (each call at most ~560 s):
-#   python3 bench/experiment_tree.py .variants/<name> bench/experiments/<patch>   (first, on a
-#       machine with GNU patch: the trees of TREES below; missing ones are built here if it can)
+#   python3 bench/experiment_tree.py .variants/<patch name> bench/experiments/<patch name>.patch
+#       (first, on a machine with GNU patch, for each experiment; missing trees are built here if it can)
 #   bash bench/pending.sh windows contenders     (first call)
 #   bash bench/pending.sh slices edges           (second call; slices runs first)
 # windows: the smoke test and GPU suite on the routed programs; the one-row backward experiments
@@ -23,13 +23,11 @@ STEPS=" $* "
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
-declare -A TREES=([rowfirst]="one_row_dw_first" [rowstores]="one_row_dw_direct_stores"
-                  [rowcheck]="one_row_dw_batched_check" [rowlean]="one_row_dw_lean"
-                  [rowlean2048]="one_row_dw_lean_to_2048" [bwd2slices]="bwd_two_slices_h2048_h4096")
-for t in "${!TREES[@]}"; do
+for f in bench/experiments/*.patch; do  # each experiment's tree is .variants/<its patch's name>
+  t=$(basename "$f" .patch)
   [[ -f .variants/$t/build.json ]] && continue
   if command -v patch >/dev/null; then
-    python3 bench/experiment_tree.py ".variants/$t" "bench/experiments/${TREES[$t]}.patch" || exit 1
+    python3 bench/experiment_tree.py ".variants/$t" "$f" || exit 1
   else
     echo "pending: .variants/$t not carried and no GNU patch here: its experiment is skipped"
   fi
@@ -40,9 +38,9 @@ if [[ $STEPS == *" windows "* ]]; then
   DEADLINE=$(( $(left) - RESERVE )) \
   PARTITION_ARGS="--widths 256,512,1536,2048,4096 --tokens 1024,2048,4096 --chunk-rows 4,8,16,32 --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 1024,2048,4096,16384" \
-  VARIANT_TREES=".variants/rowfirst/ .variants/rowstores/ .variants/rowcheck/ .variants/rowlean/" \
+  VARIANT_TREES=".variants/one_row_dw_first/ .variants/one_row_dw_direct_stores/ .variants/one_row_dw_batched_check/ .variants/one_row_dw_lean/" \
   VARIANT_ARGS="--old-only --passes bwd --widths 256,1536 --tokens 1" \
-  VARIANT_TREES2=".variants/rowlean/ .variants/rowlean2048/" VARIANT_ARGS2="--old-only --passes bwd --widths 512,2048 --tokens 1" \
+  VARIANT_TREES2=".variants/one_row_dw_lean/ .variants/one_row_dw_lean_to_2048/" VARIANT_ARGS2="--old-only --passes bwd --widths 512,2048 --tokens 1" \
   LOG=$LOGS/windows OUT=/tmp/step_out bash bench/device_run.sh smoke gputests variants variants2 partition engines ||
     { echo "pending: the windows step failed (smoke test?): nothing else runs"; exit 1; }
 fi
@@ -52,7 +50,7 @@ if [[ $STEPS == *" contenders "* ]]; then
 fi
 if [[ $STEPS == *" slices "* ]]; then
   T=$(left); (( T > 200 )) && T=200  # the rest for the edges step when it follows
-  DEADLINE=$T VARIANT_TREES=".variants/bwd2slices/" \
+  DEADLINE=$T VARIANT_TREES=".variants/bwd_two_slices_h2048_h4096/" \
   VARIANT_ARGS="--old-only --passes bwd --widths 2048,4096 --tokens 1024,4096,16384,65536" \
   LOG=$LOGS/slices OUT=/tmp/step_out bash bench/device_run.sh variants
 fi
