@@ -57,7 +57,6 @@ SINGLE_FORM_ROUND_TRIPS = 8
 
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 H200 = "NVIDIA H200"
-H100 = "NVIDIA H100 80GB HBM3"
 
 # The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
 # warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 160 rows:
@@ -78,23 +77,15 @@ def fused_rule_evidence(arch: str) -> Evidence:
     return unmeasured(f"Blackwell build: compiled, never measured; the rule of {FUSED_RULE_ROWS} rows")
 
 
-def _fused(hidden: int, at: int, ratio: str, reach: bool) -> tuple[int, Evidence]:
-    return at, Evidence(
-        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"bwd_h{hidden} fused", above=f"bwd_h{hidden} pair",
-        ratio=ratio, note="bench/engines.py --forms and bench/partition.py --fused (CUPTI kernel-active, cold L2, "
-        "median of 30; the two forms' bits compared equal at every row count); " + ("the fused form wins up to the last row count of one-row "
-        "chunks, where its window must end" if reach else "the edge lies between the two measured row counts"))
-
-
 def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
-    """An edge re-measured after the pair form's combine got cheaper (dw_reduce.cuh: 8/16/32-column
-    tiles, level-1 blocks of at least 8 multi-row chunks), against the pair form on the width's
-    previous DW_CHUNKS class partition."""
+    """An edge re-measured on the H200 after the pair form's combine got cheaper (dw_reduce.cuh:
+    8/16/32-column tiles, level-1 blocks of at least 8 multi-row chunks), against the pair form on
+    the width's DW_CHUNKS class partition."""
     return at, Evidence(
-        measured=True, gpu=H100, sms=132, date="2026-12-05", below=f"bwd_h{hidden} fused (split tiles)",
+        measured=True, gpu=H200, sms=132, date="2026-12-06", below=f"bwd_h{hidden} fused (split tiles)",
         above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
         note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 384 .. 1024 (CUPTI kernel-active, cold "
-             "L2, median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-05-h100-r28-fused-edges.json); "
+             "L2, median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-06-h200-r29-fused-edges.json); "
              "the one-row reach (DW_ONE_ROW_ROWS) ends at the edge, between the two measured row counts; a tie "
              "(within 2%) keeps the pair form")
 
@@ -103,34 +94,29 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # --forms at T = 1 .. 264 (docs/bench/2026-12-03-h200-r13-forms.json): the fused form won at every
 # row count of one-row chunks at H >= 1536 (1.9-2.6x at T <= 16). Re-measured with the fused
 # kernel of one work item per CTA (backward_fused.cuh), which moved every edge out: bench/partition.py
-# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json): on the DW_CHUNKS
-# partition past DW_ONE_ROW_ROWS' old reach; H 6144's with a tile's warps on two blocks at once
-# (-r19-tile-blocks-partition.json). H <= 2048 re-measured with each dw tile split over a cluster of
-# CTAs (backward_fused.cuh, fused_tile_cluster), which moved their edges out again, against the pair
-# form on the DW_CHUNKS class partition (what those rows run without a one-row reach; -r21-tile-clusters.json);
-# H 4096's edge held there (pair/fused 1.033 at T=640, 0.980 at 768). A tie (within 2%) keeps the pair form.
-# Re-measured once more after the combine got cheaper (-r28-fused-edges.json, an H100 of 132 SMs):
-# the pair form gained 0.3-1.0 us at 448-896 rows, which moved the edges of H 256, 512, 1536, 2048
-# and 5120 in by one or two measured row counts; H 4096's and 6144's held there (pair/fused 1.041 at
-# [640,4096], 1.024 at [576,6144] and 1.011 at [640,6144], a tie).
+# --fused at T = 128 .. 1024 (docs/bench/2026-12-03-h200-r19-fused-reach.json), and with each dw tile
+# split over a cluster of CTAs at H <= 2048 (-r21-tile-clusters.json), which moved those out again.
+# Re-measured once the combine got cheaper, first on an H100 (-r28-fused-edges.json: the pair form
+# gained 0.3-1.0 us at 448-896 rows and the edges of H 256, 512, 1536, 2048 and 5120 moved in),
+# then on the H200 (-r29-fused-edges.json, the evidence below), where the pair form gained more:
+# H 512 at 640 (768 on the H100), H 4096 at 576 (640), H 5120 at 448 (512), H 6144 at 448 (576);
+# H 256 and 2048 held at 768. H 1536 ties at 384 (1.019; 1.031 on the H100) and keeps it: no row
+# count below 384 was timed on the H200 since the combine got cheaper.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _combine(256, 768, "pair/fused = 1.040 at T=768 (7.10 vs 6.83 us), 0.940 at T=896 (7.25 vs "
-                              "7.71); on the H200 before the cheaper combine 1.044 at 896"),
-    ("sm_90a", 512): _combine(512, 768, "pair/fused = 1.077 at T=768 (8.16 vs 7.58 us), 0.989 at T=896 (8.45 vs "
-                              "8.54); on the H200 before the cheaper combine 1.076 at 896"),
-    ("sm_90a", 1536): _combine(1536, 384, "pair/fused = 1.031 at T=384 (7.94 vs 7.70 us), 0.964 at T=448 (8.02 vs "
-                               "8.32), 0.934 at T=512 (8.35 vs 8.94); on the H200 before the cheaper combine 1.034 at 512"),
-    ("sm_90a", 2048): _combine(2048, 768, "pair/fused = 1.071 at T=768 (10.69 vs 9.98 us), 1.009 at T=896 (11.38 vs "
-                               "11.28: a tie, so the pair form); on the H200 before the cheaper combine 1.063 at 896"),
-    ("sm_90a", 4096): _fused(4096, 640, "pair/fused = 1.217 at T=448 (12.19 vs 10.02 us), 1.054 at T=576 (13.38 vs "
-                             "12.70), 1.037 at T=640 (13.87 vs 13.38), 0.970 at T=768 (14.93 vs 15.39); held after "
-                             "the cheaper combine (H100, -r28-fused-edges.json): 1.041 at 640", True),
-    ("sm_90a", 5120): _combine(5120, 512, "pair/fused = 1.063 at T=512 (15.78 vs 14.85 us), 0.995 at T=576 (16.61 vs "
-                               "16.70), 0.965 at T=640 (17.15 vs 17.78); on the H200 before the cheaper combine 1.033 at 640"),
-    ("sm_90a", 6144): _fused(6144, 576, "pair/fused = 1.114 at T=416 (16.11 vs 14.46 us), 1.074 at T=512 (17.41 vs "
-                             "16.21), 1.034 at T=576 (17.86 vs 17.28, a tile's warps on two blocks at once), 0.908 "
-                             "at T=768 (19.81 vs 21.81); held after the cheaper combine (H100, -r28-fused-edges.json): "
-                             "1.024 at 576, 1.011 at 640 (a tie)", True),
+    ("sm_90a", 256): _combine(256, 768, "pair/fused = 1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs "
+                              "7.33); on the H100 1.040 / 0.940"),
+    ("sm_90a", 512): _combine(512, 640, "pair/fused = 1.040 at T=640 (6.62 vs 6.37 us), 0.975 at T=768 (6.80 vs "
+                              "6.98); on the H100 1.077 at 768"),
+    ("sm_90a", 1536): _combine(1536, 384, "pair/fused = 1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 "
+                               "(7.47 vs 7.92); on the H100 1.031 / 0.964"),
+    ("sm_90a", 2048): _combine(2048, 768, "pair/fused = 1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs "
+                               "10.54, a tie); on the H100 1.071 / 1.009"),
+    ("sm_90a", 4096): _combine(4096, 576, "pair/fused = 1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 "
+                               "vs 13.41, a tie); on the H100 1.041 at 640"),
+    ("sm_90a", 5120): _combine(5120, 448, "pair/fused = 1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 "
+                               "vs 13.86, a tie), 0.955 at T=576; on the H100 1.063 at 512"),
+    ("sm_90a", 6144): _combine(6144, 448, "pair/fused = 1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 "
+                               "vs 15.89, a tie), 0.956 at T=576 (16.74 vs 17.50); on the H100 1.024 at 576"),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -158,6 +144,11 @@ MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
 # widths 128 chunks up to 2048 rows ([2048,1536] 14.37 ->
 # 14.08, [2048,2048] 17.74 -> 16.51, [2048,4096] 30.03 -> 27.63; at 4096 rows 256 chunks still win:
 # [4096,1536] 20.85 against 23.39 on 128, [4096,4096] 47.12 against 50.72).
+# Re-timed on the H200 (2026-12-06, same chunk sizes, docs/bench/2026-12-06-h200-r29-partition.json):
+# the H100's ranking held but at two row counts where both GPUs put 128 chunks ahead of the shipped
+# 64: [2048,256] 7.20 -> 6.80 us (H100 7.55 -> 7.30), [1024,512] 7.07 -> 6.91 (H100 7.55 -> 7.30);
+# so "warp" takes 128 chunks (of 16 rows) from 2048 rows and "narrow" 128 (of 8) from 1024. The rest
+# held within 1.3% ([2048,1536] 12.77 shipped against 12.62 on 256 chunks, [1024,2048] 10.77 / 10.70).
 DW_CHUNK_TARGET = 264
 DW_NARROW_ROWS_PER_CTA = 4
 DW_WARP_ROWS_PER_CTA = 16
@@ -166,25 +157,24 @@ DW_WIDE_HIDDEN = 5120
 # CTA's groups but 4 lost ([1024,256] on 128 chunks of 8 rows 8.38 us against 7.41 on 256 of 4,
 # [896,256] on 64 chunks of 14 rows 9.49 against 7.25 on 224 of 4), while chunks of 16 and 32 rows
 # won (-r28-partition.json: [1024,256] 6.50 on 64 chunks of 16): 4-row chunks up to 960 rows, then
-# counts that give chunks of 16 rows or more (64 chunks from 961 rows hold 16).
+# counts that give chunks of 16 rows or more (64 chunks from 961 rows hold 16, 128 from 2048).
 DW_CHUNKS = {
-    "warp": ((960, DW_CHUNK_TARGET), (2048, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
-    "narrow": ((1024, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
+    "warp": ((960, DW_CHUNK_TARGET), (2047, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
+    "narrow": ((1023, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
     "mid": ((256, 64), (2048, 128), (None, DW_CHUNK_TARGET)),
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
 # Widths whose one-row chunks reach past their DW_CHUNKS class: H -> the last row count of one-row
 # chunks (before DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw
 # straight from g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the
-# DW_CHUNKS partition there (bench/partition.py --fused, H200, MEASURED_FUSED_EDGES' evidence;
-# docs/bench/2026-12-03-h200-r19-fused-reach.json, and 2026-12-04-h200-r21-tile-clusters.json at H <=
-# 2048 with split tiles; re-measured after the combine got cheaper, -r28-fused-edges.json on an H100):
-# [768,256] 7.10 -> 6.83 us, [768,512] 8.16 -> 7.58, [384,1536] 7.94 -> 7.70, [768,2048] 10.69 -> 9.98,
-# [640,4096] 14.85 -> 14.27, [512,5120] 15.78 -> 14.85, [576,6144] 18.64 -> 18.21 (that run); they lose
-# or tie one measured row count further (a tile's FP64 sums grow with the rows). Exact
-# widths only (the generic widths take the rule's reach below); the pair form on one-row chunks is
-# slower there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {256: 768, 512: 768, 1536: 384, 2048: 768, 4096: 640, 5120: 512, 6144: 576}
+# DW_CHUNKS partition there (bench/partition.py --fused, MEASURED_FUSED_EDGES' evidence, last on the
+# H200 in -r29-fused-edges.json): [768,256] 6.91 -> 6.49 us, [640,512] 6.62 -> 6.37, [384,1536]
+# 7.60 -> 7.46 (a tie), [768,2048] 9.95 -> 9.39, [576,4096] 12.98 -> 12.42, [448,5120] 13.23 ->
+# 12.58, [448,6144] 14.91 -> 14.03; they lose or tie one measured row count further (a tile's FP64
+# sums grow with the rows). Exact widths only (the generic widths take the rule's reach below); the
+# pair form on one-row chunks is slower there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128,
+# -r19-fused-reach.json), so a reach is a fused window.
+DW_ONE_ROW_ROWS = {256: 768, 512: 640, 1536: 384, 2048: 768, 4096: 576, 5120: 448, 6144: 448}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.
@@ -271,7 +261,11 @@ _FWD = {
         # (docs/bench/2026-12-02-h200-r11-engines-fwd-fp32.json); the others still hold there
         512: _edge("fwd", 512, 1024, "1.012 (2.59 vs 2.56 us)", "0.908 (3.17 vs 3.49 us, T=2048)", "fp32"),
         1536: _edge("fwd", 1536, 2048, "1.033 (5.98 vs 5.79 us)", "0.849 (8.48 vs 9.98 us, T=4096)", "fp32"),
-        2048: _edge("fwd", 2048, 1024, "1.030 (5.39 vs 5.23 us)", "0.785 (7.01 vs 8.93 us, T=2048)", "fp32"),
+        # re-measured on the H200 (docs/bench/2026-12-06-h200-r29-engines-fwd-fp32.json) after round
+        # 11's 0.785 at 2048 had turned on an H100 (regs ahead at 2048 / 4096, -r28-engines-fwd-fp32.json):
+        # regs ahead at 1024 (1.004), 2048 (1.038) and 4096, a tie at 16384
+        2048: _edge("fwd", 2048, 4096, "1.173 (12.14 vs 10.35 us)", "1.014 (34.74 vs 34.27 us, T=16384: a tie)",
+                    "fp32", date="2026-12-06"),
         4096: _edge("fwd", 4096, 512, "1.058 (5.57 vs 5.26 us)", "0.792 (7.07 vs 8.93 us, T=1024)", "fp32"),
         5120: _edge("fwd", 5120, 512, "1.028 (5.79 vs 5.63 us)", "0.810 (7.78 vs 9.60 us, T=1024)", "fp32"),
         # re-measured with the L1 kernel held to 40 registers (-r15-engines-fwd.json)

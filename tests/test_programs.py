@@ -240,7 +240,8 @@ def test_every_experiment_patch_applies_to_the_routed_sources(experiment_tree, t
     """bench/experiments/*.patch are timed as trees beside the routed programs: each must still
     apply to the current sources and change a header (a stale one fails here, not on the GPU)."""
     patches = sorted((ROOT / "bench" / "experiments").glob("*.patch"))
-    assert patches
+    if not patches:
+        pytest.skip("no experiment pending in bench/experiments/")
     for p in patches:
         out = tmp_path / p.stem
         experiment_tree.make_tree(out, [p])

@@ -201,38 +201,46 @@ __device__ __forceinline__ float one_row_dw(float g, float x, float r) {
   return f.value();
 }
 
-// A warp's lanes hold 32 adjacent slices (256 columns) of each k: staged through `stage` (256
-// floats of the warp's own) so that each store writes 128 contiguous bytes. A lane's own 8-column
-// stores would each touch 32 sectors, and one SM's stream of partial-sector writes, not the
-// arithmetic, set the time of a wide row ([1,4096] 4.40 us against 2.21 for the tiles' form).
+// The one row's dw = g*x*rstd (exact products, one rounding), each lane's 8 columns a slice as
+// two 16-byte stores (dw is 16-byte aligned: the binding checks it), with one finiteness test a
+// slice: the FP64 fallback of one_row_dw only where a product or rstd is not finite. Against the
+// earlier form (a test a column, the warp's columns staged through shared memory into 4-byte stores
+// after dx's): [1,256] 1.76 -> 1.63 us, [1,512] 1.70 -> 1.57, [1,1536] 1.84 -> 1.65, same bits
+// (H200, bench/variants.py, docs/bench/2026-12-06-h200-r29-one-row.json).
 template <int VMAX, class Geom>
 __device__ __forceinline__ void store_row_dw(const Geom& G, float* dw, const Pack8 (&g)[VMAX],
-                                             const Pack8 (&x)[VMAX], float r, float* stage) {
-  const int lane = threadIdx.x & 31;
+                                             const Pack8 (&x)[VMAX], float r) {
 #pragma unroll
   for (int k = 0; k < VMAX; ++k) {
     if (k >= G.vpt) break;
     if (G.owns(k)) {
-      float gf[kVec], xf[kVec];
+      float gf[kVec], xf[kVec], o[kVec];
       unpack(g[k], gf);
       unpack(x[k], xf);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) stage[lane * kVec + e] = one_row_dw(gf[e], xf[e], r);
-    }
-    __syncwarp();
-    const int64_t base = G.col(k) - int64_t(lane) * kVec;  // lane 0's column
+      for (int e = 0; e < kVec; ++e) o[e] = gf[e] * xf[e];  // g*x, exact
+      // One test for the slice's 8 products: the straight-line fma where all are finite.
+      bool finite = isfinite(r);
 #pragma unroll
-    for (int i = lane; i < 32 * kVec; i += 32)
-      if (base + i < G.hidden) dw[base + i] = stage[i];
-    __syncwarp();
+      for (int e = 0; e < kVec; ++e) finite &= isfinite(o[e]);
+      if (finite) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) o[e] = __fmaf_rn(o[e], r, 0.0f);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) o[e] = one_row_dw(gf[e], xf[e], r);
+      }
+      float4* p = reinterpret_cast<float4*>(dw + G.col(k));
+      p[0] = make_float4(o[0], o[1], o[2], o[3]);
+      p[1] = make_float4(o[4], o[5], o[6], o[7]);
+    }
   }
 }
 
 // dx of the rows of row CTA `cta` (G.rpc row groups, a row each); ROW_DW: the call's one row,
-// whose dw the row's threads write too, through `stage` (backward_row_kernel).
+// whose dw the row's threads write too (backward_row_kernel).
 template <int HC, typename WT, bool RES, bool ROW_DW = false, class Geom>
-__device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots,
-                                              float* stage = nullptr) {
+__device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
   constexpr int VMAX = Geom::template vmax<HC>();
   constexpr int N = BackwardSources<RES>::N;
   constexpr bool kWRegs = HC > 0;
@@ -246,11 +254,12 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
   d.template load<true>(G, in.src, in.views, row, live);
   const float r = live ? a.rstd[row] : 0.f;
   float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
+  // The one row's dw before the dot's all-reduce: its stores are in flight while the warps reduce.
+  if constexpr (ROW_DW) store_row_dw(G, a.dw, d.v[0], d.v[1], r);
   dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);
   if (!live) return;
   double unused[VMAX][kVec];  // no dw here: the tiles sum it
   slice_dx_dw<kWRegs, RES, false>(G, a, row, d.v[0], d.v[1], d.v[N - 1], r, dot, w, wp, unused);
-  if constexpr (ROW_DW) store_row_dw(G, a.dw, d.v[0], d.v[1], r, stage + (threadIdx.x >> 5) * 32 * kVec);
 }
 
 // Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
@@ -389,7 +398,8 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
 // with no tiles beside it. Against the fused launch at T = 1 (H200, bench/variants.py, this tree
 // against the one before it): [1,256] 2.10 -> 1.87 us, [1,512] 1.86 -> 1.79, [1,1536] 2.05 -> 2.02,
 // but [1,2048] 2.06 -> 2.11 and [1,4096] 2.21 -> 2.64: past 1536 columns one SM's loads and stores
-// take longer than the tiles' spread over many (docs/bench/2026-12-03-h200-r17-one-row.json).
+// take longer than the tiles' spread over many (docs/bench/2026-12-03-h200-r17-one-row.json). With
+// store_row_dw's 16-byte stores the reach moved to 2048 still lost there: 1.82 -> 1.86 us (-r29-one-row.json).
 constexpr int kOneRowMaxHidden = 1536;
 
 template <int HC, typename WT, bool RES>
@@ -397,10 +407,8 @@ __global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_row_kernel(co
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = 1;
-  constexpr int kWarps = (HC > 0 ? row_layout(HC).threads : kMaxRowThreads) / 32;
   __shared__ float slots[kMaxCtaThreads / 32];
-  __shared__ float stage[kWarps * 32 * kVec];  // each warp's 256 dw columns (store_row_dw)
-  fused_dx_rows<HC, WT, RES, true>(a, G, 0, slots, stage);
+  fused_dx_rows<HC, WT, RES, true>(a, G, 0, slots);
 }
 
 // The fused form: one-row chunks of one-level views (api.backward sends two-level views to the
