@@ -5,10 +5,10 @@
 #   python3 bench/experiment_tree.py .variants/<patch name> bench/experiments/<patch name>.patch
 #       (first, on a machine with GNU patch, for each experiment; missing trees are built here if it can)
 #   bash bench/pending.sh check
-# check: the smoke test and GPU suite on the routed programs and windows; the fused edges that
-#   round 29 moved (H 512, 4096, 5120, 6144) and H 1536's tie at 384, re-timed with the row counts
-#   below 384; the forward's engines with FP32 weight at H 2048 past 4096 rows (its edge, moved to
-#   4096 in round 29, was a tie at 16384 and untimed above).
+# check: the smoke test and GPU suite on the routed programs and windows (round 29's passed on an
+#   H100, not yet on an H200); the fused edges of H 512 / 1536 / 4096 / 5120 / 6144 at 320-768 rows
+#   (where the H200 tied in round 29 and an H100 decided); the forward's engines with FP32 weight at
+#   H 2048 from 4096 rows (its edge since round 29; ties past it on the H100).
 # variants: every experiment of bench/experiments/ beside the routed programs (VARIANT_ARGS: which
 #   rows; each patch's header names them).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.

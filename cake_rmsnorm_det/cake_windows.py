@@ -85,9 +85,10 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
         measured=True, gpu=H200, sms=132, date="2026-12-06", below=f"bwd_h{hidden} fused (split tiles)",
         above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
         note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 384 .. 1024 (CUPTI kernel-active, cold "
-             "L2, median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-06-h200-r29-fused-edges.json); "
-             "the one-row reach (DW_ONE_ROW_ROWS) ends at the edge, between the two measured row counts; a tie "
-             "(within 2%) keeps the pair form")
+             "L2, median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-06-h200-r29-fused-edges.json, "
+             "and an H100 of 132 SMs at 320 .. 768, -h100-r29-fused-edges.json); the one-row reach (DW_ONE_ROW_ROWS) "
+             "ends at the edge, between the two measured row counts; a tie on the H200 (within 2%) takes the "
+             "H100's ranking (one partition serves every device), a tie on both the pair form")
 
 
 # (arch, H) -> (last row count of the fused form, evidence). First measured with bench/engines.py
@@ -99,24 +100,24 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # Re-measured once the combine got cheaper, first on an H100 (-r28-fused-edges.json: the pair form
 # gained 0.3-1.0 us at 448-896 rows and the edges of H 256, 512, 1536, 2048 and 5120 moved in),
 # then on the H200 (-r29-fused-edges.json, the evidence below), where the pair form gained more:
-# H 512 at 640 (768 on the H100), H 4096 at 576 (640), H 5120 at 448 (512), H 6144 at 448 (576);
-# H 256 and 2048 held at 768. H 1536 ties at 384 (1.019; 1.031 on the H100) and keeps it: no row
-# count below 384 was timed on the H200 since the combine got cheaper.
+# pair/fused below 0.98 one row count earlier at H 512 (0.975 at 768) and 6144 (0.956 at 576), so
+# their edges moved to 640 and 512; ties at [384,1536], [640,4096], [512,5120] and [512,6144], where
+# the H100 (its run of the same round, -h100-r29-fused-edges.json) puts the fused form 3-7% ahead.
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     ("sm_90a", 256): _combine(256, 768, "pair/fused = 1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs "
-                              "7.33); on the H100 1.040 / 0.940"),
+                              "7.33); on the H100 (round 28) 1.040 / 0.940"),
     ("sm_90a", 512): _combine(512, 640, "pair/fused = 1.040 at T=640 (6.62 vs 6.37 us), 0.975 at T=768 (6.80 vs "
-                              "6.98); on the H100 1.077 at 768"),
+                              "6.98); on the H100 1.057 / 1.013"),
     ("sm_90a", 1536): _combine(1536, 384, "pair/fused = 1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 "
-                               "(7.47 vs 7.92); on the H100 1.031 / 0.964"),
+                               "(7.47 vs 7.92); on the H100 1.029 / 0.961, 1.18-1.19 at 320 / 352"),
     ("sm_90a", 2048): _combine(2048, 768, "pair/fused = 1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs "
-                               "10.54, a tie); on the H100 1.071 / 1.009"),
-    ("sm_90a", 4096): _combine(4096, 576, "pair/fused = 1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 "
-                               "vs 13.41, a tie); on the H100 1.041 at 640"),
-    ("sm_90a", 5120): _combine(5120, 448, "pair/fused = 1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 "
-                               "vs 13.86, a tie), 0.955 at T=576; on the H100 1.063 at 512"),
-    ("sm_90a", 6144): _combine(6144, 448, "pair/fused = 1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 "
-                               "vs 15.89, a tie), 0.956 at T=576 (16.74 vs 17.50); on the H100 1.024 at 576"),
+                               "10.54, a tie); on the H100 (round 28) 1.071 / 1.009"),
+    ("sm_90a", 4096): _combine(4096, 640, "pair/fused = 1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 "
+                               "vs 13.41, a tie), 0.932 at T=768; on the H100 1.099 / 1.034 / 0.973"),
+    ("sm_90a", 5120): _combine(5120, 512, "pair/fused = 1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 "
+                               "vs 13.86, a tie), 0.955 at T=576; on the H100 1.134 / 1.065 / 0.998"),
+    ("sm_90a", 6144): _combine(6144, 512, "pair/fused = 1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 "
+                               "vs 15.89, a tie), 0.956 at T=576 (16.74 vs 17.50); on the H100 1.132 / 1.074 / 1.023"),
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -169,12 +170,13 @@ DW_CHUNKS = {
 # straight from g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the
 # DW_CHUNKS partition there (bench/partition.py --fused, MEASURED_FUSED_EDGES' evidence, last on the
 # H200 in -r29-fused-edges.json): [768,256] 6.91 -> 6.49 us, [640,512] 6.62 -> 6.37, [384,1536]
-# 7.60 -> 7.46 (a tie), [768,2048] 9.95 -> 9.39, [576,4096] 12.98 -> 12.42, [448,5120] 13.23 ->
-# 12.58, [448,6144] 14.91 -> 14.03; they lose or tie one measured row count further (a tile's FP64
-# sums grow with the rows). Exact widths only (the generic widths take the rule's reach below); the
-# pair form on one-row chunks is slower there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128,
-# -r19-fused-reach.json), so a reach is a fused window.
-DW_ONE_ROW_ROWS = {256: 768, 512: 640, 1536: 384, 2048: 768, 4096: 576, 5120: 448, 6144: 448}
+# 7.60 -> 7.46 (a tie; H100 1.029), [768,2048] 9.95 -> 9.39, [640,4096] 13.15 -> 13.41 (a tie; H100
+# 1.034), [512,5120] 14.01 -> 13.86, [512,6144] 15.76 -> 15.89 (a tie; H100 1.074); they lose or tie
+# one measured row count further (a tile's FP64 sums grow with the rows). Exact widths only (the
+# generic widths take the rule's reach below); the pair form on one-row chunks is slower there
+# ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128, -r19-fused-reach.json), so a reach is a
+# fused window.
+DW_ONE_ROW_ROWS = {256: 768, 512: 640, 1536: 384, 2048: 768, 4096: 640, 5120: 512, 6144: 512}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.
