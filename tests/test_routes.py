@@ -142,6 +142,20 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
     assert cake_jit.dw_partition(last, hidden) == (1, last) and cake_jit.dw_partition(last + 1, hidden)[0] >= 2
 
 
+def test_warp_rows_chunks_hold_the_cta_s_row_groups():
+    """Rows of one warp (H <= 256: 16 row groups a CTA) lost on multi-row chunks of fewer rows than
+    the CTA's groups but 4 (cake_windows.DW_CHUNKS, "warp"): past the 4-row window every chunk but
+    the last holds at least 16 rows, and the count grows to 128 once 128 chunks hold 16."""
+    for hidden in (8, 128, 256):
+        assert cake_jit.dw_class_windows(hidden) == cake_windows.DW_CHUNKS["warp"]
+        four_row_end = cake_windows.DW_CHUNKS["warp"][0][0]
+        for rows in range(four_row_end + 1, 4097):
+            cr, n = cake_jit.dw_partition(rows, hidden)
+            assert cr >= cake_windows.DW_WARP_ROWS_PER_CTA, (hidden, rows, cr, n)
+        assert cake_jit.dw_partition(2048, hidden) == (16, 128)
+        assert cake_jit.dw_partition(2047, hidden)[1] <= 64
+
+
 def test_one_row_reach_is_the_fused_form_s():
     """Widths whose one-row chunks reach past DW_CHUNKS' first window are exact, measured widths,
     and their fused window runs to that reach (the pair form on one-row chunks past 64 rows was
