@@ -32,7 +32,8 @@ for hidden, rows in ((256, 1), (1536, 1), (1000, 1), (256, 4), (256, 8), (256, 2
         for form in ("pair", "single") + (("fused",) if cake_jit.dw_partition(rows, hidden)[0] == 1 else ()):
             with crd.force_form(form), crd.force_engine(be), crd.force_l1_loads(l1):
                 crd.backward(g, h, w, rstd, g)
-for hidden, rows, cap in ((512, 40, 3), (4096, cake_jit.one_row_chunks(4096), 5)):  # the fused form's successive launches of a capped grid (its last row count at H 4096)
+# the fused form's successive launches of a capped grid (at H 4096, its last row count)
+for hidden, rows, cap in ((512, 40, 3), (4096, cake_jit.one_row_chunks(4096), 5)):
     x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
     w = torch.rand(hidden, device=dev) + 0.5
     y, rstd = crd.forward(x, w, 1e-6)

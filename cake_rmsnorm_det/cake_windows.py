@@ -103,21 +103,24 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # pair/fused below 0.98 one row count earlier at H 512 (0.975 at 768) and 6144 (0.956 at 576), so
 # their edges moved to 640 and 512; ties at [384,1536], [640,4096], [512,5120] and [512,6144], where
 # the H100 (its run of the same round, -h100-r29-fused-edges.json) puts the fused form 3-7% ahead.
+# H -> (last row count of the fused form, pair/fused about it on the H200, the same on the H100).
+# The one source of both the sm_90a edges and the partition's one-row reach (DW_ONE_ROW_ROWS).
+_FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
+    256: (768, "1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs 7.33)", "(round 28) 1.040 / 0.940"),
+    512: (640, "1.040 at T=640 (6.62 vs 6.37 us), 0.975 at T=768 (6.80 vs 6.98)", "1.057 / 1.013"),
+    1536: (384, "1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 (7.47 vs 7.92)",
+           "1.029 / 0.961, 1.18-1.19 at 320 / 352"),
+    2048: (768, "1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs 10.54, a tie)", "(round 28) 1.071 / 1.009"),
+    4096: (640, "1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 vs 13.41, a tie), 0.932 at T=768",
+           "1.099 / 1.034 / 0.973"),
+    5120: (512, "1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 vs 13.86, a tie), 0.955 at T=576",
+           "1.134 / 1.065 / 0.998"),
+    6144: (512, "1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 vs 15.89, a tie), 0.956 at T=576 "
+                "(16.74 vs 17.50)", "1.132 / 1.074 / 1.023"),
+}
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", 256): _combine(256, 768, "pair/fused = 1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs "
-                              "7.33); on the H100 (round 28) 1.040 / 0.940"),
-    ("sm_90a", 512): _combine(512, 640, "pair/fused = 1.040 at T=640 (6.62 vs 6.37 us), 0.975 at T=768 (6.80 vs "
-                              "6.98); on the H100 1.057 / 1.013"),
-    ("sm_90a", 1536): _combine(1536, 384, "pair/fused = 1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 "
-                               "(7.47 vs 7.92); on the H100 1.029 / 0.961, 1.18-1.19 at 320 / 352"),
-    ("sm_90a", 2048): _combine(2048, 768, "pair/fused = 1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs "
-                               "10.54, a tie); on the H100 (round 28) 1.071 / 1.009"),
-    ("sm_90a", 4096): _combine(4096, 640, "pair/fused = 1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 "
-                               "vs 13.41, a tie), 0.932 at T=768; on the H100 1.099 / 1.034 / 0.973"),
-    ("sm_90a", 5120): _combine(5120, 512, "pair/fused = 1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 "
-                               "vs 13.86, a tie), 0.955 at T=576; on the H100 1.134 / 1.065 / 0.998"),
-    ("sm_90a", 6144): _combine(6144, 512, "pair/fused = 1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 "
-                               "vs 15.89, a tie), 0.956 at T=576 (16.74 vs 17.50); on the H100 1.132 / 1.074 / 1.023"),
+    ("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
+    for h, (at, h200, h100) in _FUSED_EDGE_RUNS.items()
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -166,17 +169,14 @@ DW_CHUNKS = {
     "wide": ((256, 64), (4096, 128), (None, DW_CHUNK_TARGET)),
 }
 # Widths whose one-row chunks reach past their DW_CHUNKS class: H -> the last row count of one-row
-# chunks (before DW_CHUNKS applies). Those rows run the fused form (one launch: its tile CTAs sum dw
-# straight from g, x and rstd, so one-row chunks cost no partials), which beat the pair form on the
-# DW_CHUNKS partition there (bench/partition.py --fused, MEASURED_FUSED_EDGES' evidence, last on the
-# H200 in -r29-fused-edges.json): [768,256] 6.91 -> 6.49 us, [640,512] 6.62 -> 6.37, [384,1536]
-# 7.60 -> 7.46 (a tie; H100 1.029), [768,2048] 9.95 -> 9.39, [640,4096] 13.15 -> 13.41 (a tie; H100
-# 1.034), [512,5120] 14.01 -> 13.86, [512,6144] 15.76 -> 15.89 (a tie; H100 1.074); they lose or tie
-# one measured row count further (a tile's FP64 sums grow with the rows). Exact widths only (the
-# generic widths take the rule's reach below); the pair form on one-row chunks is slower there
-# ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128, -r19-fused-reach.json), so a reach is a
-# fused window.
-DW_ONE_ROW_ROWS = {256: 768, 512: 640, 1536: 384, 2048: 768, 4096: 640, 5120: 512, 6144: 512}
+# chunks (before DW_CHUNKS applies), which is the width's fused edge (_FUSED_EDGE_RUNS). Those rows
+# run the fused form (one launch: its tile CTAs sum dw straight from g, x and rstd, so one-row
+# chunks cost no partials), which beat or tied the pair form on the DW_CHUNKS partition there and
+# loses or ties one measured row count further (a tile's FP64 sums grow with the rows). Exact widths
+# only (the generic widths take the rule's reach below); the pair form on one-row chunks is slower
+# there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128, -r19-fused-reach.json), so a reach is
+# a fused window.
+DW_ONE_ROW_ROWS: dict[int, int] = {h: at for h, (at, _, _) in _FUSED_EDGE_RUNS.items()}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.

@@ -230,9 +230,7 @@ __device__ __forceinline__ void store_row_dw(const Geom& G, float* dw, const Pac
 #pragma unroll
         for (int e = 0; e < kVec; ++e) o[e] = one_row_dw(gf[e], xf[e], r);
       }
-      float4* p = reinterpret_cast<float4*>(dw + G.col(k));
-      p[0] = make_float4(o[0], o[1], o[2], o[3]);
-      p[1] = make_float4(o[4], o[5], o[6], o[7]);
+      store_float8(dw + G.col(k), o);
     }
   }
 }

@@ -47,6 +47,12 @@ __device__ __forceinline__ void store_pack(__nv_bfloat16* p, const Pack8& v) {
                : "memory");
 }
 
+// 8 FP32 values as two 16-byte stores (p 16-byte aligned): the counterpart of load_weight8<float>.
+__device__ __forceinline__ void store_float8(float* p, const float (&f)[kVec]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
 // BF16 -> FP32 is exact: the BF16 bits are the high half of the FP32 bits.
 __device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
