@@ -2,7 +2,7 @@
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 #                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
-#                            [context] [split] [cycles] [pytest]
+#                            [context] [split] [cycles] [phases] [pytest]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
@@ -12,7 +12,7 @@
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). context: bench/context.py (each contender after the flush and after another kernel;
 # CONTEXT_ARGS). split: bench/split.py (each contender's kernels apart; SPLIT_ARGS). cycles:
-# bench/level2_cycles.cu. ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over
+# bench/level2_cycles.cu. phases: bench/phases.py (the forward's few-row calls by phase; PHASES_ARGS). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over
 # bench/probe.py.
 # Logs go to $LOG (default /tmp/logs) and come back as $OUT/logs.tgz; the tail of each step is printed.
 set -o pipefail
@@ -105,6 +105,9 @@ fi
 if has cycles; then  # bench/level2_cycles.cu: the dw combine's level 2 in one warp, in clock cycles
   NVFLAGS=$(python3 -c "from cake_rmsnorm_det import programs; print(' '.join(programs.NVCC_FLAGS))")  # the package's
   nvcc -std=c++17 -O3 -arch=sm_90a $NVFLAGS -Icsrc/include -o /tmp/level2_cycles bench/level2_cycles.cu && /tmp/level2_cycles | tee "$LOG/cycles.txt"
+fi
+if has phases; then
+  timeout "$(left)" python3 bench/phases.py $PHASES_ARGS --out "$LOG/phases/phases.json" 2>&1 | tee "$LOG/phases.log"
 fi
 if has ncu; then  # PROBE_ARGS: bench/probe.py's; NCU_KERNELS: the kernel-name filter (peers: add 'triton|_rms_norm')
   SECS=${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats InstructionStats LaunchStats}

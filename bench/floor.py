@@ -34,11 +34,12 @@ MODES = {"empty": -1, "copy": 0, "f32": 1, "f64": 2, "f64-args3lines": 4, "f64-a
          "loop512": 6, "loop512-hints": 7}
 
 
-def build(out: Path) -> ctypes.CDLL:
-    so = out / "floor_kernels.so"
+def build(out: Path, source: str = "floor_kernels.cu") -> ctypes.CDLL:
+    """bench/<source> built into a shared library under out (the package's nvcc flags and headers)."""
+    so = out / (Path(source).stem + ".so")
     subprocess.run([str(programs.find_nvcc()), "-arch=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
                     *programs.NVCC_FLAGS, f"-I{programs.include_dir()}", "-o", str(so),
-                    str(ROOT / "bench" / "floor_kernels.cu")], check=True)
+                    str(ROOT / "bench" / source)], check=True)
     return ctypes.CDLL(str(so))
 
 

@@ -4,11 +4,13 @@
 # bench/experiments/ holds a patch):
 #   python3 bench/experiment_tree.py .variants/<patch name> bench/experiments/<patch name>.patch
 #       (first, on a machine with GNU patch, for each experiment; missing trees are built here if it can)
-#   bash bench/pending.sh check
+#   bash bench/pending.sh check phases
 # check: the smoke test and GPU suite on the routed programs and windows (round 29's passed on an
 #   H100, not yet on an H200); the fused edges of H 512 / 1536 / 4096 / 5120 / 6144 at 320-768 rows
 #   (where the H200 tied in round 29 and an H100 decided); the forward's engines with FP32 weight at
 #   H 2048 from 4096 rows (its edge since round 29; ties past it on the H100).
+# phases: bench/phases.py (the forward's few-row calls taken apart by phase: docs/performance.md
+#   "Next", the forward at T 256-1024).
 # variants: every experiment of bench/experiments/ beside the routed programs (VARIANT_ARGS: which
 #   rows; each patch's header names them).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
@@ -17,7 +19,7 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [variants]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [phases] [variants]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -39,6 +41,9 @@ if [[ $STEPS == *" check "* ]]; then
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh smoke gputests partition engines ||
     { echo "pending: the check step failed (smoke test?): nothing else runs"; exit 1; }
+fi
+if [[ $STEPS == *" phases "* ]]; then
+  DEADLINE=$(left) LOG=$LOGS/phases OUT=/tmp/step_out bash bench/device_run.sh phases
 fi
 if [[ $STEPS == *" variants "* ]]; then
   if [[ -z $TREES ]]; then echo "pending: no experiment in bench/experiments/"; else

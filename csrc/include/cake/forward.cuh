@@ -11,6 +11,14 @@
 #include "cake/rows.cuh"
 #include "cake/vec.cuh"
 
+// Phase marks for bench/phases.cu, which defines CAKE_FWD_PHASE before including this header to
+// stamp or stop the kernel at each mark (k: 0 entry, 1 squares summed, so the row's loads landed,
+// 2 row sum known, 3 rstd known, 4 stores issued; v: a value computed by then). A no-op here: the
+// programs' PTX is the same with or without the marks.
+#ifndef CAKE_FWD_PHASE
+#define CAKE_FWD_PHASE(k, v) ((void)0)
+#endif
+
 namespace cake {
 
 // HC: compile-time width (0 = read from args). A CTA holds up to RPC rows side by side (the
@@ -58,6 +66,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
     forward_kernel(const ForwardArgs a) {
   static_assert(PACK == 1 || (PACK == kFwdPack && has_pack<HC>() && !WIDE), "packed rows: one-warp rows of an exact tiling");
   static_assert(!L1LOADS || (PACK == 1 && !WIDE), "L1 loads: narrow canonical rows");
+  CAKE_FWD_PHASE(0, 0.0);
   using Geom = RowGeom<true, PACK>;
   Geom G = Geom::template make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
@@ -106,6 +115,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
       lane[i / SL] += pack_squares(cur.v[0][i]);
     }
   }
+  CAKE_FWD_PHASE(1, lane[0]);
   double ss = lane[0];
   if constexpr (PACK > 1) {
     // The butterfly's levels of offsets below the span, over each held canonical thread's group of
@@ -135,10 +145,12 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   } else {
     ss = row_allsum(ss, G.warps, &slots[G.group * G.warps]);
   }
+  CAKE_FWD_PHASE(2, ss);
   if (!live) return;
   // rsqrt (FP64, within an ulp of 1/sqrt) of mean + eps: the FP32 rstd is within one FP32 ulp
   // of the FP64 formula's, without FP64 division and square root on every row's critical path.
   const float r = float(rsqrt(fma(ss, inv_hidden, a.eps)));
+  CAKE_FWD_PHASE(3, r);
   if (G.t == 0 && G.k0 == 0) a.rstd[row] = r;
 #pragma unroll
   for (int i = 0; i < VMAX; ++i) {
@@ -151,6 +163,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
       store_pack(a.y + row * G.hidden + G.col_of(i), pack(out));
     }
   }
+  CAKE_FWD_PHASE(4, 0.0);
 }
 
 // Wide rows are built where they can differ from narrow ones (fixed widths of more than one
