@@ -60,8 +60,11 @@ __host__ __device__ constexpr bool has_pack() {
   return HC > 0 && L.threads == 32 && L.threads * L.vpt * kVec == HC && kFwdPack * L.vpt <= kFwdMaxPackSlices;
 }
 
-// L1LOADS: the rows' reads allocate in L1 (RowLoads; narrow canonical rows only).
-template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int PACK = 1, bool L1LOADS = false>
+// L1LOADS: the rows' reads allocate in L1 (RowLoads; narrow canonical rows only). FLAT: every view
+// is one-level (RowView::flat_offset): no test of d1 and no division path before a row's first
+// load (H100, bench/variants.py: [1,256] 1.76 -> 1.70 us, [1024,4096] 7.87 -> 7.57, elsewhere
+// 0.98-1.00x; docs/performance.md). Two-level views (the strided head views) keep offset().
+template <int HC, typename WT, bool RES, bool WREGS, bool WIDE, int PACK = 1, bool L1LOADS = false, bool FLAT = false>
 __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_ctas<HC, RES, WREGS, WIDE>()))
     forward_kernel(const ForwardArgs a) {
   static_assert(PACK == 1 || (PACK == kFwdPack && has_pack<HC>() && !WIDE), "packed rows: one-warp rows of an exact tiling");
@@ -94,7 +97,7 @@ __global__ void __launch_bounds__(WIDE ? kMaxCtaThreads : kCtaThreads, (fwd_min_
   const int64_t row = int64_t(blockIdx.x) * G.rpc + G.group;
   const bool live = row < a.rows;
   RowData<VMAX, N> cur;
-  cur.template load<false, L1LOADS>(G, src, views, row, live);
+  cur.template load<FLAT, L1LOADS>(G, src, views, row, live);
   // Each canonical thread's slices' sums of squares (each a short chain of its own) added in slice
   // order, one per canonical thread held.
   double lane[PACK];
@@ -215,6 +218,18 @@ inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const Forwar
   return cudaSuccess;
 }
 
+// The kernel of a launch's rows: wide, packed, narrow read through L1, or narrow streaming.
+template <int HC, typename WT, bool RES, bool WREGS, bool FLAT>
+auto forward_kernel_for(bool wide, bool packed, bool l1) -> void (*)(ForwardArgs) {
+  if constexpr (has_wide<HC>() && WREGS) {
+    if (wide) return forward_kernel<HC, WT, RES, true, true, 1, false, FLAT>;
+  }
+  if constexpr (has_pack<HC>()) {
+    if (packed) return forward_kernel<HC, WT, RES, WREGS, false, kFwdPack, false, FLAT>;
+  }
+  return l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true, FLAT> : forward_kernel<HC, WT, RES, WREGS, false, 1, false, FLAT>;
+}
+
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
@@ -243,14 +258,9 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  void (*kernel)(ForwardArgs) = l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true>
-                                   : forward_kernel<HC, WT, RES, WREGS, false>;
-  if constexpr (has_wide<HC>() && WREGS) {
-    if (wide) kernel = forward_kernel<HC, WT, RES, true, true>;
-  }
-  if constexpr (has_pack<HC>()) {
-    if (packed) kernel = forward_kernel<HC, WT, RES, WREGS, false, kFwdPack>;
-  }
+  const bool flat = a.xv.flat() && (!RES || a.rv.flat());
+  void (*kernel)(ForwardArgs) = flat ? forward_kernel_for<HC, WT, RES, WREGS, true>(wide, packed, l1)
+                                     : forward_kernel_for<HC, WT, RES, WREGS, false>(wide, packed, l1);
   return launch_forward_rows(kernel, a, cta_rows, cta_rows * span);
 }
 
