@@ -34,12 +34,18 @@ MODES = {"empty": -1, "copy": 0, "f32": 1, "f64": 2, "f64-args3lines": 4, "f64-a
          "loop512": 6, "loop512-hints": 7}
 
 
+def nvcc_command(so: Path, source: str, defines: tuple[str, ...] = ()) -> list[str]:
+    """The nvcc call that builds bench/<source> into the shared library `so` (the package's nvcc
+    flags and headers; `defines` as -D options)."""
+    return [str(programs.find_nvcc()), "-arch=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
+            *programs.NVCC_FLAGS, *(f"-D{d}" for d in defines), f"-I{programs.include_dir()}", "-o", str(so),
+            str(ROOT / "bench" / source)]
+
+
 def build(out: Path, source: str = "floor_kernels.cu") -> ctypes.CDLL:
-    """bench/<source> built into a shared library under out (the package's nvcc flags and headers)."""
+    """bench/<source> built into a shared library under out."""
     so = out / (Path(source).stem + ".so")
-    subprocess.run([str(programs.find_nvcc()), "-arch=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
-                    *programs.NVCC_FLAGS, f"-I{programs.include_dir()}", "-o", str(so),
-                    str(ROOT / "bench" / source)], check=True)
+    subprocess.run(nvcc_command(so, source), check=True)
     return ctypes.CDLL(str(so))
 
 

@@ -2,15 +2,17 @@
 
     python bench/phases.py [--shapes 1x256,256x6144,1024x4096] [--out phases.json]
 
-bench/phases.cu builds the package's forward kernel (forward.cuh) with its phase marks live: each
-mark (entry; squares summed, so the row's loads have landed; row sum known; rstd known; stores
-issued) either stamps the warp's clock or ends the kernel there. Per shape, with the route's own
-launch knobs (engine, CTA rows, wide / packed rows, loads), in one process (CUPTI kernel-active
-time, cold L2, median of 30, the benchmark's method): the package's call, the marked build run to
-the end (what the marks cost), the same build stopped after the squares, after the row sum and after
-rsqrt, torch.compile's kernel and PyTorch's neg of the same bytes (a copy's floor). Then one stamped
-call after the flush: per warp the cycles from each mark to the next (median and p90 over the live
-warps), and across the grid when warps entered and left (globaltimer, from the first entry).
+bench/phases.cu builds the package's forward kernel (forward.cuh) with its phase marks live (entry;
+squares summed, so the row's loads have landed; row sum known; rstd known; stores issued), one
+build per setting: the marks compiled out (the package's kernel), marks that only wait on their
+value, the kernel stopped at mark 1 / 2 / 3, and each warp's clock stamped at every mark. Per shape,
+with the route's own launch knobs (engine, CTA rows, wide / packed rows, loads), in one process
+(CUPTI kernel-active time, cold L2, median of 30, the benchmark's method): the package's call, each
+build, torch.compile's kernel and PyTorch's neg of the same bytes (a copy's floor); the differences
+between the stops are what each phase adds to the call. Then one stamped call after the flush: per
+warp the cycles from each mark to the next (median and p90 over the live warps; the row sum's
+includes the wait at the row's barrier for its other warps' loads), and across the grid when warps
+entered and left (globaltimer, from the first entry).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import ctypes
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +39,9 @@ import floor  # noqa: E402
 
 ARCH = "sm_90a"
 WORDS = 8  # phases.cu kWords: globaltimer in, clock at marks 0..4, globaltimer out, SM
-STOPS = {"marked": 0, "stop@squares": 1, "stop@sum": 2, "stop@rstd": 3}
+# Build settings of phases.cu: name -> -D options.
+BUILDS = {"none": ("CAKE_PHASE_NONE",), "marks": (), "stop@squares": ("CAKE_PHASE_STOP=1",),
+          "stop@sum": ("CAKE_PHASE_STOP=2",), "stop@rstd": ("CAKE_PHASE_STOP=3",), "stamps": ("CAKE_PHASE_STAMPS",)}
 PHASES = ("loads+squares", "row sum", "rsqrt", "stores")  # mark k-1 -> mark k
 
 
@@ -49,20 +54,30 @@ def knobs(rows: int, hidden: int) -> dict:
             "loads": cake_jit.row_loads("fwd", hidden, rows, ARCH, pack, False), "program": r.program.name}
 
 
-def call(lib: ctypes.CDLL, k: dict, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rstd: torch.Tensor) -> None:
-    """One marked forward call on the default stream; a launch error raises."""
+def build_all(out: Path) -> dict[str, ctypes.CDLL]:
+    """Every setting of phases.cu, built at once (one nvcc process each)."""
+    procs = {}
+    for name, defines in BUILDS.items():
+        so = out / f"phases-{name.replace('@', '-')}.so"
+        procs[name] = (so, subprocess.Popen(floor.nvcc_command(so, "phases.cu", defines)))
+    libs = {}
+    for name, (so, p) in procs.items():
+        if p.wait() != 0:
+            raise RuntimeError(f"phases.cu ({name}): nvcc failed")
+        libs[name] = ctypes.CDLL(str(so))
+    return libs
+
+
+def call(lib: ctypes.CDLL, k: dict, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rstd: torch.Tensor,
+         stamps: torch.Tensor | None = None) -> None:
+    """One forward call of a phases.cu build on the default stream; a launch error raises."""
     rows, hidden = x.shape
     rc = lib.phases_forward(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(w.data_ptr()), ctypes.c_void_p(y.data_ptr()),
                             ctypes.c_void_p(rstd.data_ptr()), ctypes.c_int64(rows), ctypes.c_int64(hidden),
-                            k["engine"], k["cta_rows"], k["wide"], k["pack"], k["loads"])
+                            k["engine"], k["cta_rows"], k["wide"], k["pack"], k["loads"],
+                            ctypes.c_void_p(stamps.data_ptr() if stamps is not None else 0))
     if rc != 0:
-        raise RuntimeError(f"marked forward at [{rows},{hidden}]: launch failed ({rc})")
-
-
-def set_mode(lib: ctypes.CDLL, stop: int, stamps: torch.Tensor | None) -> None:
-    rc = lib.phases_set(stop, ctypes.c_void_p(stamps.data_ptr() if stamps is not None else 0))
-    if rc != 0:
-        raise RuntimeError(f"phases_set failed ({rc})")
+        raise RuntimeError(f"phases build at [{rows},{hidden}]: launch failed ({rc})")
 
 
 def pct(v: list[float], q: float) -> float:
@@ -99,7 +114,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    lib = floor.build(out.parent, "phases.cu")
+    libs = build_all(out.parent)
     bench.lift_recompile_limits()
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -110,24 +125,24 @@ def main(argv=None) -> int:
         x = torch.randn(t, h, device=dev).to(torch.bfloat16)
         w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
         y, rstd, neg = torch.empty_like(x), torch.empty(t, device=dev), torch.empty_like(x)
+        stamps = torch.zeros(t * 32 * WORDS, dtype=torch.int64, device=dev)
         peers = bench.contenders("fwd", x, w, torch.randn_like(x), 1e-6, None, True)
+        ref_y, ref_r = peers["cake"]()
         us = {"cake": timer(peers["cake"]), "compile": timer(peers["compile"]),
               "neg": timer(lambda: torch.neg(x, out=neg))}
-        set_mode(lib, 0, None)
-        call(lib, k, x, w, y, rstd)
-        ref_y, ref_r = peers["cake"]()
-        torch.cuda.synchronize()
-        if not (torch.equal(y, ref_y) and torch.equal(rstd, ref_r)):
-            raise RuntimeError(f"[{t},{h}]: the marked build's bits differ from the package's")
-        for name, stop in STOPS.items():
-            set_mode(lib, stop, None)
-            us[name] = timer(lambda: call(lib, k, x, w, y, rstd))
-        stamps = torch.zeros(t * 32 * WORDS, dtype=torch.int64, device=dev)
-        set_mode(lib, 0, stamps)
+        for name, lib in libs.items():
+            st = stamps if name == "stamps" else None
+            if not name.startswith("stop"):  # the builds that run to the end keep the package's bits
+                y.fill_(0)
+                call(lib, k, x, w, y, rstd, st)
+                torch.cuda.synchronize()
+                if not (torch.equal(y, ref_y) and torch.equal(rstd, ref_r)):
+                    raise RuntimeError(f"[{t},{h}]: the {name} build's bits differ from the package's")
+            us[name] = timer(lambda lib=lib, st=st: call(lib, k, x, w, y, rstd, st))
+        stamps.zero_()
         timer.flush_buf.bitwise_not_()
-        call(lib, k, x, w, y, rstd)
+        call(libs["stamps"], k, x, w, y, rstd, stamps)
         torch.cuda.synchronize()
-        set_mode(lib, 0, None)
         st = read_stamps(stamps)
         row = {"shape": f"[{t},{h}]", "knobs": k, "us": {n: round(v, 3) for n, v in us.items()}, "stamps": st}
         rows_out.append(row)
