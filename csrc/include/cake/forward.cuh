@@ -182,12 +182,19 @@ constexpr bool has_wide() {
 // [528,4096] and 0.90 at [1024,2048] where all rows fit, 1.07-1.24 at [1024,4096] and [4096,512]).
 constexpr int kWideRowsPerSm = 8;
 
+// Whether a launch runs the kernels of one-level views (FLAT): x, and the residual, one-level.
+template <bool RES>
+bool flat_views(const ForwardArgs& a) {
+  return a.xv.flat() && (!RES || a.rv.flat());
+}
+
 template <int HC, typename WT, bool RES>
 bool wide_fits(const ForwardArgs& a) {
   constexpr RowLayout L = fwd_row_layout(HC > 0 ? HC : 8);
+  const void* kernel = flat_views<RES>(a) ? reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true, 1, false, true>)
+                                          : reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true>);
   cudaError_t e;
-  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true>),
-                                         L.threads * L.vpt, 0, &e);
+  const int64_t resident = resident_ctas(kernel, L.threads * L.vpt, 0, &e);
   return e == cudaSuccess && a.rows <= resident && a.rows <= int64_t(kWideRowsPerSm) * device_sms();
 }
 
@@ -258,9 +265,8 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  const bool flat = a.xv.flat() && (!RES || a.rv.flat());
-  void (*kernel)(ForwardArgs) = flat ? forward_kernel_for<HC, WT, RES, WREGS, true>(wide, packed, l1)
-                                     : forward_kernel_for<HC, WT, RES, WREGS, false>(wide, packed, l1);
+  void (*kernel)(ForwardArgs) = flat_views<RES>(a) ? forward_kernel_for<HC, WT, RES, WREGS, true>(wide, packed, l1)
+                                                  : forward_kernel_for<HC, WT, RES, WREGS, false>(wide, packed, l1);
   return launch_forward_rows(kernel, a, cta_rows, cta_rows * span);
 }
 
