@@ -32,12 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cake_rmsnorm_det import bench, cake_jit  # noqa: E402
-from cake_rmsnorm_det.api import _ENGINES, _WIDE_ROWS  # noqa: E402
-from cake_rmsnorm_det.programs import sm_count  # noqa: E402
+from cake_rmsnorm_det import bench  # noqa: E402
+from cake_rmsnorm_det.api import forward_launch  # noqa: E402
 import floor  # noqa: E402
 
-ARCH = "sm_90a"
 WORDS = 8  # phases.cu kWords: globaltimer in, clock at marks 0..4, globaltimer out, SM
 # Build settings of phases.cu: name -> -D options.
 BUILDS = {"none": ("CAKE_PHASE_NONE",), "marks": (), "stop@squares": ("CAKE_PHASE_STOP=1",),
@@ -46,12 +44,10 @@ PHASES = ("loads+squares", "row sum", "rsqrt", "stores")  # mark k-1 -> mark k
 
 
 def knobs(rows: int, hidden: int) -> dict:
-    """The launch knobs the package's forward passes for a BF16-weight plain call (api.forward)."""
-    r = cake_jit.route(ARCH, "fwd", hidden, "bf16", False, rows)
-    pack = cake_jit.fwd_pack(hidden, rows, ARCH)
-    return {"engine": _ENGINES[r.window.engine], "wide": _WIDE_ROWS[None], "pack": pack,
-            "cta_rows": cake_jit.fwd_cta_rows(hidden, rows, sm_count(), False, ARCH, pack),
-            "loads": cake_jit.row_loads("fwd", hidden, rows, ARCH, pack, False), "program": r.program.name}
+    """The launch knobs the package's forward passes for a BF16-weight plain call (api.forward_launch)."""
+    k = forward_launch(hidden, "bf16", False, rows, torch.device("cuda"))
+    return {"engine": k.engine, "wide": k.wide, "pack": k.pack, "cta_rows": k.cta_rows, "loads": k.loads,
+            "program": k.route.program.name}
 
 
 def build_all(out: Path) -> dict[str, ctypes.CDLL]:

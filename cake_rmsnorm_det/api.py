@@ -12,7 +12,7 @@ import contextlib
 import math
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import torch
 
@@ -313,6 +313,28 @@ def _route(pass_: str, hidden: int, weight: str, residual: bool, rows: int,
     return cake_jit.route(arch, pass_, hidden, weight, residual, rows), arch
 
 
+class ForwardLaunch(NamedTuple):
+    """What a forward call launches: its route and the launcher's knobs (forward.cuh's codes)."""
+    route: cake_jit.Route
+    arch: str
+    engine: int
+    cta_rows: int
+    wide: int
+    pack: int
+    loads: int
+
+
+def forward_launch(hidden: int, weight: str, residual: bool, rows: int, device: torch.device) -> ForwardLaunch:
+    """The route and launch knobs of a forward call of `rows` rows (the test knobs of this thread
+    applied), as `forward` passes them; bench/phases.py launches its builds with the same."""
+    r, arch = _route("fwd", hidden, weight, residual, rows, device)
+    wide = _knobs.wide is True
+    pack = _knobs.pack or (1 if wide else cake_jit.fwd_pack(hidden, rows, arch))
+    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(device), wide, arch, pack)
+    return ForwardLaunch(r, arch, _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], pack,
+                         _loads("fwd", hidden, rows, arch, pack, wide))
+
+
 def _call(fn, program_name: str, *args):
     try:
         return fn(*args)
@@ -371,17 +393,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     xs = _split(xv, d1)
     rs = _split(rv, d1)
     w = _aligned(weight)
-    r, arch = _route("fwd", hidden, wkind, residual is not None, rows, x.device)
-    wide = _knobs.wide is True
-    pack = _knobs.pack or (1 if wide else cake_jit.fwd_pack(hidden, rows, arch))
-    cta_rows = _knobs.cta_rows or cake_jit.fwd_cta_rows(hidden, rows, sm_count(x.device), wide, arch, pack)
-    loads = _loads("fwd", hidden, rows, arch, pack, wide)
-    mod = load_program(r.program, arch)
+    k = forward_launch(hidden, wkind, residual is not None, rows, x.device)
+    mod = load_program(k.route.program, k.arch)
     with torch.cuda.device(x.device):
-        _call(mod.forward, r.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
+        _call(mod.forward, k.route.program.name, xv.t, rv.t, w, y, h if h is not None else y, rstd, rows,
               hidden, d1, xs[0], xs[1], rs[0], rs[1], eps, residual is not None,
-              _engine("fwd", r.window.engine), cta_rows, _WIDE_ROWS[_knobs.wide], pack, loads, _knobs.max_ctas,
-              _stream(x.device))
+              k.engine, k.cta_rows, k.wide, k.pack, k.loads, _knobs.max_ctas, _stream(x.device))
     return (y, h, rstd) if residual is not None else (y, rstd)
 
 

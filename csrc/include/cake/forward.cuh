@@ -182,19 +182,32 @@ constexpr bool has_wide() {
 // [528,4096] and 0.90 at [1024,2048] where all rows fit, 1.07-1.24 at [1024,4096] and [4096,512]).
 constexpr int kWideRowsPerSm = 8;
 
-// Whether a launch runs the kernels of one-level views (FLAT): x, and the residual, one-level.
-template <bool RES>
-bool flat_views(const ForwardArgs& a) {
-  return a.xv.flat() && (!RES || a.rv.flat());
+// The kernel of a launch's rows: wide, packed, narrow read through L1, or narrow streaming; each
+// for one-level views (FLAT: x, and the residual, one-level) or two-level ones.
+template <int HC, typename WT, bool RES, bool WREGS, bool FLAT>
+auto forward_kernel_for(bool wide, bool packed, bool l1) -> void (*)(ForwardArgs) {
+  if constexpr (has_wide<HC>() && WREGS) {
+    if (wide) return forward_kernel<HC, WT, RES, true, true, 1, false, FLAT>;
+  }
+  if constexpr (has_pack<HC>()) {
+    if (packed) return forward_kernel<HC, WT, RES, WREGS, false, kFwdPack, false, FLAT>;
+  }
+  return l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true, FLAT> : forward_kernel<HC, WT, RES, WREGS, false, 1, false, FLAT>;
 }
 
+template <int HC, typename WT, bool RES, bool WREGS>
+auto forward_kernel_of(const ForwardArgs& a, bool wide, bool packed, bool l1) -> void (*)(ForwardArgs) {
+  return a.xv.flat() && (!RES || a.rv.flat()) ? forward_kernel_for<HC, WT, RES, WREGS, true>(wide, packed, l1)
+                                              : forward_kernel_for<HC, WT, RES, WREGS, false>(wide, packed, l1);
+}
+
+// Asks about the wide kernel that would run (one-level views' wide kernels hold fewer registers).
 template <int HC, typename WT, bool RES>
 bool wide_fits(const ForwardArgs& a) {
   constexpr RowLayout L = fwd_row_layout(HC > 0 ? HC : 8);
-  const void* kernel = flat_views<RES>(a) ? reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true, 1, false, true>)
-                                          : reinterpret_cast<const void*>(forward_kernel<HC, WT, RES, true, true>);
   cudaError_t e;
-  const int64_t resident = resident_ctas(kernel, L.threads * L.vpt, 0, &e);
+  const int64_t resident = resident_ctas(reinterpret_cast<const void*>(forward_kernel_of<HC, WT, RES, true>(a, true, false, false)),
+                                         L.threads * L.vpt, 0, &e);
   return e == cudaSuccess && a.rows <= resident && a.rows <= int64_t(kWideRowsPerSm) * device_sms();
 }
 
@@ -225,18 +238,6 @@ inline cudaError_t launch_forward_rows(void (*kernel)(ForwardArgs), const Forwar
   return cudaSuccess;
 }
 
-// The kernel of a launch's rows: wide, packed, narrow read through L1, or narrow streaming.
-template <int HC, typename WT, bool RES, bool WREGS, bool FLAT>
-auto forward_kernel_for(bool wide, bool packed, bool l1) -> void (*)(ForwardArgs) {
-  if constexpr (has_wide<HC>() && WREGS) {
-    if (wide) return forward_kernel<HC, WT, RES, true, true, 1, false, FLAT>;
-  }
-  if constexpr (has_pack<HC>()) {
-    if (packed) return forward_kernel<HC, WT, RES, WREGS, false, kFwdPack, false, FLAT>;
-  }
-  return l1 ? forward_kernel<HC, WT, RES, WREGS, false, 1, true, FLAT> : forward_kernel<HC, WT, RES, WREGS, false, 1, false, FLAT>;
-}
-
 // The CTA size comes from the caller (cake_jit.fwd_cta_rows: small token counts spread their rows
 // over more, smaller CTAs); 0 means rows_per_cta rows. a.wide: narrow, wide (the CTA size is
 // then of wide rows) or the automatic choice above (wide rows one per CTA, or the narrow launch).
@@ -265,9 +266,7 @@ cudaError_t launch_forward_variant(const ForwardArgs& a) {
   const int rpc = rows_per_cta(span);
   if (a.cta_rows < 0 || a.cta_rows > rpc) return cudaErrorInvalidValue;
   const int cta_rows = a.cta_rows > 0 ? a.cta_rows : rpc;
-  void (*kernel)(ForwardArgs) = flat_views<RES>(a) ? forward_kernel_for<HC, WT, RES, WREGS, true>(wide, packed, l1)
-                                                  : forward_kernel_for<HC, WT, RES, WREGS, false>(wide, packed, l1);
-  return launch_forward_rows(kernel, a, cta_rows, cta_rows * span);
+  return launch_forward_rows(forward_kernel_of<HC, WT, RES, WREGS>(a, wide, packed, l1), a, cta_rows, cta_rows * span);
 }
 
 template <int HC, bool WREGS>
