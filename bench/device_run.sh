@@ -7,7 +7,8 @@
 # pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
 # cakebench: the quick table for cake_rmsnorm_det alone, beside the last recorded run's numbers.
-# fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs; FWDLAUNCH_ARGS).
+# fwdlaunch: bench/fwd_launch.py (the forward's CTA size rule against full CTAs; FWDLAUNCH_ARGS, and
+# FWDLAUNCH_VARIANTS: plain fp32w residual, a process each).
 # partition: bench/partition.py (the backward's dw partition against chunks of 1, 2, 4, 8 rows).
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). context: bench/context.py (each contender after the flush and after another kernel;
@@ -87,8 +88,12 @@ variants_run() {
 # variants: every carried tree (or VARIANT_TREES); variants2: a second set (VARIANT_TREES2, VARIANT_ARGS2).
 if has variants; then variants_run variants "${VARIANT_TREES:-.variants/*/}" "$VARIANT_ARGS"; fi
 if has variants2; then variants_run variants2 "${VARIANT_TREES2:-.variants/*/}" "$VARIANT_ARGS2"; fi
-if has fwdlaunch; then
-  timeout "$(left)" python3 bench/fwd_launch.py $FWDLAUNCH_ARGS --out "$LOG/fwdlaunch" 2>&1 | tee "$LOG/fwdlaunch.log"
+if has fwdlaunch; then  # FWDLAUNCH_VARIANTS: the rows timed, one process each (default plain)
+  i=0
+  for v in ${FWDLAUNCH_VARIANTS:-plain}; do  # a variant named twice: two processes, logs and JSON apart
+    i=$((i + 1))
+    timeout "$(left)" python3 bench/fwd_launch.py $FWDLAUNCH_ARGS --variant "$v" --out "$LOG/fwdlaunch$i" 2>&1 | tee "$LOG/fwdlaunch$i-$v.log"
+  done
 fi
 if has partition; then
   timeout "$(left)" python3 bench/partition.py $PARTITION_ARGS --out "$LOG/partition" 2>&1 | tee "$LOG/partition.log"

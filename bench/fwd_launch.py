@@ -7,8 +7,9 @@
 For each width and token count the forward is timed (the benchmark's method: CUPTI
 kernel-active time, cold L2, median of 30) as the package launches it (cake_jit.fwd_cta_rows,
 and the launcher's choice of wide rows), with narrow rows and with wide rows (each at the rows per
-CTA of cake_jit.fwd_cta_rows for that width of row), and with narrow full CTAs (rows_per_cta rows,
-the launch before the rules); --cta-rows and --ctas-per-sm add narrow launches of fewer rows per
+CTA of cake_jit.fwd_cta_rows for that width of row), with narrow full CTAs (rows_per_cta rows,
+the launch before the rules), and where a measured CTA size holds, with the rule's CTAs without it
+("spread", cake_jit.fwd_rule_cta_rows); --cta-rows and --ctas-per-sm add narrow launches of fewer rows per
 CTA and of a grid capped at k CTAs per SM (each CTA then strides over the rows), --packed packed
 rows (a thread holding layout.FWD_PACK canonical threads, where the width builds them). The route's
 engine is kept, but wide rows are timed with weights in registers (the only engine that has
@@ -83,6 +84,10 @@ def main(argv=None) -> int:
                 for r in (cake_jit.fwd_cta_rows(h, t, sms, pack=p),) + bench.int_list(a.pack_cta_rows):
                     if r <= prpc:
                         launches[f"pack{p}/{r}"] = lambda r=r: _stack(crd.force_pack(p), crd.force_cta_rows(r))
+            spread = cake_jit.fwd_rule_cta_rows(rpc, t, sms)  # the rule without the measured steps
+            if not a.l1_loads and spread != cake_jit.fwd_cta_rows(h, t, sms):
+                launches["spread"] = lambda: _stack(crd.force_wide(False), crd.force_pack(1),
+                                                    crd.force_cta_rows(spread))
             for r in bench.int_list(a.cta_rows) if not a.l1_loads else ():
                 if r < rpc:
                     launches[f"rows{r}"] = lambda r=r: _stack(crd.force_wide(False), crd.force_pack(1),
@@ -112,7 +117,7 @@ def main(argv=None) -> int:
                 del x
                 continue
             wn = f"{us['wide'] / us['narrow']:.3f}" if "wide" in us else "-"
-            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("rows", "cap", "pack")))
+            extra = "".join(f"  {n} {v:.3f}" for n, v in us.items() if n.startswith(("spread", "rows", "cap", "pack")))
             print(f"{shape:16s} {rule:>16s} {us['rule']:8.3f} {us['narrow']:8.3f} {us.get('wide', float('nan')):8.3f} "
                   f"{us['full']:8.3f}  {wn}{extra}", flush=True)
             del x

@@ -10,8 +10,10 @@
 #   H 512 / 1536 / 4096 / 5120 / 6144 at 320-768 rows (where the H200 tied in round 29 and an H100
 #   decided, again in round 30); the forward's engines with FP32 weight at H 2048 from 4096 rows (its
 #   edge since round 29; ties past it on the H100).
-# The H200's next call: bash bench/pending.sh check phases variants (VARIANT_ARGS from
+# The H200's next call: bash bench/pending.sh check ctas phases variants (VARIANT_ARGS from
 #   bench/experiments/two-level-only.patch, the control for round 30's kernels of one-level views).
+# ctas: bench/fwd_launch.py over the forward's CTA-size steps of round 31 (measured on an H100), the
+#   plain, FP32-weight and residual rows: the shipped size against the rule's ("spread") and 1 / 2 rows.
 # phases: bench/phases.py (the forward's few-row calls taken apart by phase: docs/performance.md
 #   "Next", the forward at T 256-1024).
 # variants: every experiment of bench/experiments/ beside the routed programs (VARIANT_ARGS: which
@@ -22,7 +24,7 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [phases] [variants]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -44,6 +46,11 @@ if [[ $STEPS == *" check "* ]]; then
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh smoke gputests partition engines ||
     { echo "pending: the check step failed (smoke test?): nothing else runs"; exit 1; }
+fi
+if [[ $STEPS == *" ctas "* ]]; then
+  DEADLINE=$(left) FWDLAUNCH_VARIANTS="plain fp32w residual" \
+  FWDLAUNCH_ARGS="--widths 1536,2048,4096,5120 --tokens 1024,1536,2048,3072,4096,8192,16384 --cta-rows 1,2" \
+  LOG=$LOGS/ctas OUT=/tmp/step_out bash bench/device_run.sh fwdlaunch
 fi
 if [[ $STEPS == *" phases "* ]]; then
   DEADLINE=$(left) LOG=$LOGS/phases OUT=/tmp/step_out bash bench/device_run.sh phases

@@ -233,7 +233,7 @@ def single_pair_edge(arch: str, hidden: int) -> tuple[int | None, cw.Evidence]:
 # Rows per CTA: below FWD_SPREAD_WAVES CTAs per SM at full size, a CTA takes the number of rows
 # that minimises the rows of the busiest SM (ties: the larger CTA): a few rows then spread over
 # many SMs instead of queueing in the row groups of a few CTAs. Measured CTA sizes
-# (cake_windows.MEASURED_FWD_CTA_ROWS) take over from their row counts on.
+# (cake_windows.MEASURED_FWD_CTA_ROWS, steps by row count) take over where measured.
 # Wide rows (one 16-byte slice per thread, a row on threads * vpt threads, one row per CTA)
 # shorten each thread's chain of dependent instructions, which is what sets the time while an SM
 # holds few rows. The launcher picks them (it knows the wide kernel's occupancy): while every row
@@ -283,15 +283,20 @@ def row_loads(pass_: str, hidden: int, rows: int, arch: str = "sm_90a", pack: in
 @lru_cache(maxsize=4096)
 def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str = "sm_90a", pack: int = 1) -> int:
     """Rows side by side in one forward CTA for `rows` rows on a device of `sms` SMs: narrow
-    canonical rows take the measured CTA size from its row count on
-    (cake_windows.MEASURED_FWD_CTA_ROWS); else the spread rule while few rows, full CTAs past them."""
+    canonical rows take the measured CTA size of their row count's step
+    (cake_windows.MEASURED_FWD_CTA_ROWS); else the rule (fwd_rule_cta_rows)."""
     rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide, pack))
-    if rows <= 0 or sms <= 0:
-        return rpc
-    measured = None if wide or pack > 1 else cw.fwd_measured_cta_rows(arch, hidden)
-    if measured and rows >= measured[0][1]:
-        return min(measured[0][0], rpc)
-    if rows > FWD_SPREAD_WAVES * sms * rpc:
+    step = None if wide or pack > 1 or rows <= 0 or sms <= 0 else cw.fwd_cta_step(arch, hidden, rows)
+    if step is not None and step.rows:
+        return min(step.rows, rpc)
+    return fwd_rule_cta_rows(rpc, rows, sms)
+
+
+def fwd_rule_cta_rows(rpc: int, rows: int, sms: int) -> int:
+    """The rule's rows per CTA of `rpc` full: while rows are few (at most FWD_SPREAD_WAVES full CTAs
+    per SM) the size that puts the fewest rows on the busiest SM, ties to the larger CTA; full CTAs
+    past them."""
+    if rows <= 0 or sms <= 0 or rows > FWD_SPREAD_WAVES * sms * rpc:
         return rpc
 
     def busiest(r: int) -> int:

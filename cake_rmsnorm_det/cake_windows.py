@@ -299,33 +299,79 @@ def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tup
     return _on_arch(ENGINE_EDGES, arch, (pass_, hidden, weight), "engine edge")
 
 
-# Rows per forward CTA from a measured row count on: (arch, H) -> ((rows per CTA, from rows),
-# evidence); below `from rows` (and for widths absent) the rule of cake_jit.fwd_cta_rows: the
-# spread of few rows, full CTAs past FWD_SPREAD_WAVES of them per SM. A CTA's rows share its
-# barrier, so a row of 64-192 threads waits for the slowest of its CTA-mates' loads; smaller CTAs
-# free them row by row. Rows of one warp (H 256) want full CTAs: 64-thread CTAs there cost
-# 1.09-1.11x (CTA launch rate); H 4096 is mixed (rows1 0.96x at 1024 rows, 1.01x at 65536).
-# Measured on the plain rows with BF16 weight; the FP32-weight and residual rows take the same
-# CTA size (not timed apart: the launch changes no bit, only time).
-def _cta_rows(hidden: int, rows: int, start: int, ratio: str) -> tuple[tuple[int, int], Evidence]:
-    return (rows, start), Evidence(
-        measured=True, gpu=H200, sms=132, date="2026-12-03", below=f"fwd_h{hidden} the rule's CTAs",
-        above=f"fwd_h{hidden} {rows} row(s) per CTA from {start} rows", ratio=ratio,
-        note="bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
-             "docs/bench/2026-12-03-h200-r14-fwd-launch.json); the size lost at the row count below the start")
+# Rows per forward CTA by row count: (arch, H) -> steps in rising row count, each a CtaStep (rows
+# per CTA from its row count on, up to the next step's; 0 rows: the rule's CTAs again). Below the
+# first step (and for widths absent) the rule of cake_jit.fwd_cta_rows: the spread of few rows,
+# full CTAs past FWD_SPREAD_WAVES of them per SM. A CTA's rows share its barrier, so a row of
+# 64-192 threads waits for the slowest of its CTA-mates' loads; smaller CTAs free them row by row.
+# Rows of one warp (H 256) want full CTAs: 64-thread CTAs there cost 1.09-1.11x (CTA launch rate).
+# The launch changes no bit, only time, so one size serves every weight and the residual: a step
+# starts at the first row count timed where it won or tied on the plain, FP32-weight and residual
+# rows alike (the later steps: on the plain rows, the others taking the same size).
+@dataclass(frozen=True)
+class CtaStep:
+    """Rows per forward CTA from a row count on (0: the rule's CTAs), with what it rests on."""
+
+    rows: int
+    start: int
+    evidence: Evidence
 
 
-MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[tuple[int, int], Evidence]] = {
-    ("sm_90a", 512): _cta_rows(512, 2, 16384, "2 rows / 16 = 0.968 at T=16384 (11.01 vs 11.38 us), 0.979 at 65536 "
-                               "(35.87 vs 36.64); 1.15 at 4096"),
-    ("sm_90a", 1536): _cta_rows(1536, 1, 16384, "1 row / 8 = 0.975 at T=16384 (26.98 vs 27.66 us), 0.978 at 65536 "
-                                "(100.53 vs 102.83); 1.11 at 4096"),
-    ("sm_90a", 2048): _cta_rows(2048, 1, 4096, "1 row / 8 = 0.908 at T=4096 (10.86 vs 11.97 us), 0.945 at 16384 "
-                                "(35.20 vs 37.23), 0.973 at 65536 (131.33 vs 134.94)"),
-    ("sm_90a", 5120): _cta_rows(5120, 1, 4096, "1 row / 3 = 0.916 at T=4096 (23.55 vs 25.71 us), 0.973 at 16384 "
-                                "(85.33 vs 87.71), 0.983 at 65536 (329.84 vs 335.50); 1.01 at 1024"),
-    ("sm_90a", 6144): _cta_rows(6144, 1, 1024, "1 row / 2 = 0.973 at T=1024 (10.34 vs 10.62 us), 0.983 at 4096 "
-                                "(28.18 vs 28.66), 0.992 at 16384, 0.988 at 65536 (398.43 vs 403.21)"),
+R14 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
+       "docs/bench/2026-12-03-h200-r14-fwd-launch.json, -large-t.json); the size lost at the row count below the start")
+R31 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, median of "
+       "30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json); the size lost on "
+       "one of the three at the row count below the start")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date: str = "2026-12-03",
+          note: str = R14) -> CtaStep:
+    what = f"{rows} row(s) per CTA" if rows else "the rule's CTAs"
+    return CtaStep(rows, start, Evidence(measured=True, gpu=gpu, sms=132, date=date,
+                                         below=f"fwd_h{hidden} the rule's CTAs", above=f"fwd_h{hidden} {what} from "
+                                         f"{start} rows", ratio=ratio, note=note))
+
+
+def _h100_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
+    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", note=R31)
+
+
+MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
+    ("sm_90a", 512): (
+        _step(512, 2, 16384, "2 rows / 16 = 0.968 at T=16384 (11.01 vs 11.38 us), 0.979 at 65536 (35.87 vs 36.64); "
+                             "1.15 at 4096"),),
+    ("sm_90a", 1536): (
+        _h100_step(1536, 2, 2048, "2 rows / the rule's 6-8: plain / FP32 weight / residual 0.961 / 0.965 / 0.966 at "
+                                  "T=2048 (5.95 vs 6.19 us plain), 0.979 / 0.982 / 0.985 at 3072, 0.988 / 0.978 / "
+                                  "0.980 at 4096, 0.988 / 0.979 / 0.991 at 8192; 0.979 / 0.988 / 1.049 at 1536; "
+                                  "1 row loses 7-8% at 3072-4096 (plain, FP32 weight)"),
+        _step(1536, 1, 16384, "1 row / 8 = 0.975 at T=16384 (26.98 vs 27.66 us), 0.978 at 65536 (100.53 vs 102.83); "
+                              "1.11 at 4096")),
+    ("sm_90a", 2048): (
+        _h100_step(2048, 1, 2048, "1 row / the rule's 8: plain / FP32 weight / residual 0.940 / 0.940 / 0.975 at "
+                                  "T=2048 (7.07 vs 7.52 us plain), 0.927 / 0.939 / 1.008 at 3072; 0.965 / 0.961 / "
+                                  "1.039 at 1536"),
+        _step(2048, 1, 4096, "1 row / 8 = 0.908 at T=4096 (10.86 vs 11.97 us), 0.945 at 16384 (35.20 vs 37.23), "
+                             "0.973 at 65536 (131.33 vs 134.94)")),
+    ("sm_90a", 4096): (
+        _h100_step(4096, 1, 1024, "1 row / the rule's 4: plain / FP32 weight / residual 0.933 / 1.000 / 0.976 at "
+                                  "T=1024 (7.10 vs 7.62 us plain), 0.939 / 0.991 / 0.977 at 1536, 0.969 / 0.917 / "
+                                  "0.988 at 2048, 0.992 / 0.954 / 1.003 at 3072, 0.977 / 0.962 / 0.991 at 4096, "
+                                  "0.992 / 0.983 / 1.004 at 8192; 0.944 / 1.017 / 1.053 at 768; on the H200 "
+                                  "(round 14) 0.963 at 1024, 0.977 at 4096"),
+        _step(4096, 0, 16384, "1 row / 4 = 0.999 at T=16384, 1.008 at 65536: the rule's full CTAs again")),
+    ("sm_90a", 5120): (
+        _h100_step(5120, 2, 1536, "2 rows / the rule's 3: plain / FP32 weight / residual 0.965 / 0.953 / 0.983 at "
+                                  "T=1536 (13.95 vs 14.46 us plain); 1 row there 0.968 / 0.936 / 1.062; 1.002 / "
+                                  "0.996 / 1.007 at 1024"),
+        _h100_step(5120, 1, 2048, "1 row / the rule's 3: plain / FP32 weight / residual 0.977 / 0.962 / 0.973 at "
+                                  "T=2048 (16.11 vs 16.50 us plain), 1.039 / 0.969 / 0.982 at 3072"),
+        _step(5120, 1, 4096, "1 row / 3 = 0.916 at T=4096 (23.55 vs 25.71 us), 0.973 at 16384 (85.33 vs 87.71), "
+                             "0.983 at 65536 (329.84 vs 335.50); 1.01 at 1024"),),
+    ("sm_90a", 6144): (
+        _step(6144, 1, 1024, "1 row / 2 = 0.973 at T=1024 (10.34 vs 10.62 us), 0.983 at 4096 (28.18 vs 28.66), "
+                             "0.992 at 16384, 0.988 at 65536 (398.43 vs 403.21)"),),
 }
 
 
@@ -493,10 +539,26 @@ def fwd_measured_pack(arch: str, hidden: int) -> tuple[tuple[int, int], Evidence
     return _on_arch(MEASURED_FWD_PACKS, arch, (hidden,), "pack")
 
 
-def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[tuple[int, int], Evidence] | None:
-    """((rows per forward CTA, from rows), evidence) where measured (None: the rule's CTAs).
-    Blackwell archs take the sm_90a value, marked unmeasured."""
-    return _on_arch(MEASURED_FWD_CTA_ROWS, arch, (hidden,), "CTA size")
+def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[CtaStep, ...] | None:
+    """The measured CTA-size steps of a width (None: the rule's CTAs throughout). Blackwell archs
+    take the sm_90a steps, marked unmeasured."""
+    steps = MEASURED_FWD_CTA_ROWS.get((arch, hidden))
+    if steps is not None or arch == "sm_90a":
+        return steps
+    base = MEASURED_FWD_CTA_ROWS.get(("sm_90a", hidden))
+    if base is None:
+        return None
+    return tuple(CtaStep(s.rows, s.start, unmeasured(f"Blackwell build: compiled, never measured; the sm_90a CTA "
+                                                      f"size ({s.evidence.ratio})")) for s in base)
+
+
+def fwd_cta_step(arch: str, hidden: int, rows: int) -> CtaStep | None:
+    """The measured CTA-size step that holds `rows` rows: the last one starting at or below it."""
+    hit = None
+    for step in fwd_measured_cta_rows(arch, hidden) or ():
+        if step.start <= rows:
+            hit = step
+    return hit
 
 
 def rule_evidence(arch: str) -> Evidence:

@@ -74,6 +74,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
                              split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads,
                              order=r.chunk_order),
         evidence=(r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch)
+                  + _cta_evidence(pass_, hidden, rows, arch, pack)
                   + _order_evidence(pass_, hidden, arch, r.chunk_order, r.window.engine)),
         built=find_built(r.program, arch) is not None)
 
@@ -82,6 +83,16 @@ def _pack_evidence(pass_: str, hidden: int, arch: str) -> str:
     """Why the forward packs its rows from a row count on (cake_windows.MEASURED_FWD_PACKS), if it does."""
     hit = cake_windows.fwd_measured_pack(arch, hidden) if pass_ == "fwd" else None
     return "" if hit is None else f"; packed rows from {hit[0][1]} rows: {hit[1].line()}"
+
+
+def _cta_evidence(pass_: str, hidden: int, rows: int, arch: str, pack: int) -> str:
+    """Why the forward's narrow rows take a measured CTA size at this row count
+    (cake_windows.MEASURED_FWD_CTA_ROWS), if they do."""
+    step = cake_windows.fwd_cta_step(arch, hidden, rows) if pass_ == "fwd" and pack == 1 else None
+    if step is None:
+        return ""
+    size = f"{step.rows} row(s) per CTA" if step.rows else "the rule's CTAs"
+    return f"; narrow rows: {size} from {step.start} rows: {step.evidence.line()}"
 
 
 def _order_evidence(pass_: str, hidden: int, arch: str, order: int, engine: str) -> str:

@@ -302,42 +302,57 @@ def test_python_layout_mirrors_the_header(tmp_path):
 
 @pytest.mark.parametrize("hidden", cake_jit.QUALIFIED_WIDTHS + (1000,))
 def test_forward_cta_rows_rule(hidden):
-    """Rows per CTA: within the layout's CTA, the measured CTA size of many rows (else full CTAs) at
-    large token counts, and never more rows on the busiest SM than full CTAs put there."""
+    """Rows per CTA: within the layout's CTA; the measured step's size where one holds (else the
+    rule: full CTAs at large token counts), and the rule never puts more rows on the busiest SM than
+    full CTAs do."""
     rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
     for sms in (8, 132, 148):
-        for rows in (1, 2, 15, 16, 100, 257, 1024, 5000, 65536, 10**6):
+        for rows in (1, 2, 15, 16, 100, 257, 1024, 2048, 5000, 16384, 65536, 10**6):
             cta_rows = cake_jit.fwd_cta_rows(hidden, rows, sms)
             assert 1 <= cta_rows <= rpc
-            busiest = ceil(ceil(rows / cta_rows) / sms) * cta_rows
-            assert busiest <= ceil(ceil(rows / rpc) / sms) * rpc
-            measured = cake_windows.fwd_measured_cta_rows("sm_90a", hidden)
-            if measured and rows >= measured[0][1]:
-                assert cta_rows == measured[0][0]
-            elif rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
-                assert cta_rows == rpc
+            rule = cake_jit.fwd_rule_cta_rows(rpc, rows, sms)
+            assert ceil(ceil(rows / rule) / sms) * rule <= ceil(ceil(rows / rpc) / sms) * rpc
+            if rows > cake_jit.FWD_SPREAD_WAVES * sms * rpc:
+                assert rule == rpc
+            step = cake_windows.fwd_cta_step("sm_90a", hidden, rows)
+            assert cta_rows == (step.rows if step and step.rows else rule)
     assert cake_jit.fwd_cta_rows(hidden, 1, 132) == 1  # one row: a one-row CTA
 
 
 def test_forward_measured_cta_sizes():
-    """Every measured CTA size fits its width's CTA, says how it was measured and takes over from
-    its row count on; Blackwell archs take the sm_90a size marked unmeasured; wide rows and
-    unlisted widths keep the rule."""
-    for (arch, hidden), ((rows, start), ev) in cake_windows.MEASURED_FWD_CTA_ROWS.items():
+    """Every measured CTA size fits its width's CTA and says how it was measured (the GPU named);
+    steps rise in row count and each holds from its start to the next one's; a 0-row step is the
+    rule's CTAs again; Blackwell archs take the sm_90a steps marked unmeasured; wide rows, packed
+    rows and unlisted widths keep the rule; explain_route names the step that holds."""
+    sms = 132
+    for (arch, hidden), steps in cake_windows.MEASURED_FWD_CTA_ROWS.items():
         rpc = layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
-        assert arch == "sm_90a" and 1 <= rows < rpc and start >= 1 and ev.measured
-        assert "bench/fwd_launch.py" in ev.line()
+        assert arch == "sm_90a" and steps
+        starts = [s.start for s in steps]
+        assert starts == sorted(set(starts)) and starts[0] >= 1
+        assert cake_windows.fwd_cta_step(arch, hidden, starts[0] - 1) is None
+        for i, step in enumerate(steps):
+            assert 0 <= step.rows < rpc and step.evidence.measured and step.evidence.gpu
+            assert "bench/fwd_launch.py" in step.evidence.line() and step.evidence.gpu in step.evidence.line()
+            end = steps[i + 1].start - 1 if i + 1 < len(steps) else 10**6
+            for t in {step.start, step.start + 1, end}:
+                assert cake_windows.fwd_cta_step(arch, hidden, t) is step
+                want = step.rows or cake_jit.fwd_rule_cta_rows(rpc, t, sms)
+                assert cake_jit.fwd_cta_rows(hidden, t, sms) == want
+                assert cake_jit.fwd_cta_rows(hidden, t, sms, True) == cake_jit.fwd_rule_cta_rows(
+                    layout.rows_per_cta(layout.fwd_row_span(hidden, True)), t, sms)  # wide rows: the rule
+            info = routes.explain_route("fwd", hidden, step.start, arch="sm_90a")
+            assert f"from {step.start} rows: measured on {step.evidence.gpu}" in info.evidence
         for bw in ("sm_100a", "sm_103a"):
             got = cake_windows.fwd_measured_cta_rows(bw, hidden)
-            assert got[0] == (rows, start) and not got[1].measured and "never measured" in got[1].line()
-            assert cake_jit.fwd_cta_rows(hidden, start, 148, arch=bw) == rows
-        for t in (start, start + 1, 10**6):
-            assert cake_jit.fwd_cta_rows(hidden, t, 132) == rows
-    for hidden in (256, 4096, 1000):
+            assert [(s.rows, s.start) for s in got] == [(s.rows, s.start) for s in steps]
+            assert all(not s.evidence.measured and "never measured" in s.evidence.line() for s in got)
+            if steps[0].rows:
+                assert cake_jit.fwd_cta_rows(hidden, steps[0].start, 148, arch=bw) == steps[0].rows
+    for hidden in (256, 1000):
         assert cake_windows.fwd_measured_cta_rows("sm_90a", hidden) is None
-        assert cake_jit.fwd_cta_rows(hidden, 10**6, 132) == layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
-    wide_rpc = layout.rows_per_cta(layout.fwd_row_span(2048, True))
-    assert cake_jit.fwd_cta_rows(2048, 10**6, 132, True) == wide_rpc
+        assert cake_jit.fwd_cta_rows(hidden, 10**6, sms) == layout.rows_per_cta(layout.fwd_row_layout(hidden)[0])
+        assert "narrow rows:" not in routes.explain_route("fwd", hidden, 4096, arch="sm_90a").evidence
 
 
 def test_forward_packed_rows_rule():
