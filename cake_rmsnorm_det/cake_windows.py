@@ -57,6 +57,7 @@ SINGLE_FORM_ROUND_TRIPS = 8
 
 QUALIFIED_WIDTHS = (256, 512, 1536, 2048, 4096, 5120, 6144)
 H200 = "NVIDIA H200"
+H100 = "NVIDIA H100 80GB HBM3"  # where an H200 could not be had; each such edge says so
 
 # The fused form's edge. Its tile CTAs walk every row of their columns (dw_block_len(T) rows per
 # warp), so it pays while rows are few; the rule, where nothing is measured, keeps it to 160 rows:
@@ -317,24 +318,28 @@ class CtaStep:
     evidence: Evidence
 
 
-R14 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
-       "docs/bench/2026-12-03-h200-r14-fwd-launch.json, -large-t.json); the size lost at the row count below the start")
-R31 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, median of "
-       "30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json); the size lost on "
-       "one of the three at the row count below the start")
-H100 = "NVIDIA H100 80GB HBM3"
+CTA_NOTE_H200 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
+                 "docs/bench/2026-12-03-h200-r14-fwd-launch.json, -large-t.json); the size lost at the row count "
+                 "below the start")
+CTA_NOTE_H100 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, "
+                 "median of 30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json, "
+                 "the steps as routed against the rule's CTAs: -r31-fwd-launch-shipped-*.json); the size lost on one "
+                 "of the three at the row count below the start")
 
 
 def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date: str = "2026-12-03",
-          note: str = R14) -> CtaStep:
+          note: str = CTA_NOTE_H200) -> CtaStep:
+    """A CTA-size step measured with bench/fwd_launch.py (by default in round 14, on the H200)."""
     what = f"{rows} row(s) per CTA" if rows else "the rule's CTAs"
     return CtaStep(rows, start, Evidence(measured=True, gpu=gpu, sms=132, date=date,
-                                         below=f"fwd_h{hidden} the rule's CTAs", above=f"fwd_h{hidden} {what} from "
+                                         below=f"fwd_h{hidden} {'the rule' if rows else 'the step before'}'s CTAs",
+                                         above=f"fwd_h{hidden} {what} from "
                                          f"{start} rows", ratio=ratio, note=note))
 
 
 def _h100_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
-    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", note=R31)
+    """A CTA-size step measured in round 31, on an H100, on the plain, FP32-weight and residual rows."""
+    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", note=CTA_NOTE_H100)
 
 
 MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
@@ -360,7 +365,10 @@ MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
                                   "0.988 at 2048, 0.992 / 0.954 / 1.003 at 3072, 0.977 / 0.962 / 0.991 at 4096, "
                                   "0.992 / 0.983 / 1.004 at 8192; 0.944 / 1.017 / 1.053 at 768; on the H200 "
                                   "(round 14) 0.963 at 1024, 0.977 at 4096"),
-        _step(4096, 0, 16384, "1 row / 4 = 0.999 at T=16384, 1.008 at 65536: the rule's full CTAs again")),
+        _step(4096, 0, 16384, "1 row / 4 = 0.999 at T=16384, 1.008 at 65536 (the H200's round 14): the rule's "
+                              "full CTAs again",
+              note=CTA_NOTE_H200.replace("the size lost at the row count below the start",
+                                         "one row no longer ahead from this row count on"))),
     ("sm_90a", 5120): (
         _h100_step(5120, 2, 1536, "2 rows / the rule's 3: plain / FP32 weight / residual 0.965 / 0.953 / 0.983 at "
                                   "T=1536 (13.95 vs 14.46 us plain); 1 row there 0.968 / 0.936 / 1.062; 1.002 / "
