@@ -286,7 +286,7 @@ def fwd_cta_rows(hidden: int, rows: int, sms: int, wide: bool = False, arch: str
     canonical rows take the measured CTA size of their row count's step
     (cake_windows.MEASURED_FWD_CTA_ROWS); else the rule (fwd_rule_cta_rows)."""
     rpc = layout.rows_per_cta(layout.fwd_row_span(hidden, wide, pack))
-    step = None if wide or pack > 1 or rows <= 0 or sms <= 0 else cw.fwd_cta_step(arch, hidden, rows)
+    step = None if wide or pack > 1 or sms <= 0 else cw.fwd_cta_step(arch, hidden, rows)  # steps start at >= 1
     if step is not None and step.rows:
         return min(step.rows, rpc)
     return fwd_rule_cta_rows(rpc, rows, sms)

@@ -282,6 +282,11 @@ ENGINE_EDGES: dict[tuple[str, str, int, str], tuple[int, Evidence]] = {
 }
 
 
+def _blackwell(what: str, ev: Evidence) -> Evidence:
+    """What a Blackwell arch's copy of an sm_90a measurement rests on: nothing measured there."""
+    return unmeasured(f"Blackwell build: compiled, never measured; the sm_90a {what} ({ev.ratio})")
+
+
 def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple | None:
     """table[(arch, *rest)]: measured on sm_90a; Blackwell archs take the sm_90a entry, marked
     unmeasured."""
@@ -289,9 +294,7 @@ def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple | None:
     if hit is not None or arch == "sm_90a":
         return hit
     base = table.get(("sm_90a", *rest))
-    if base is None:
-        return None
-    return base[0], unmeasured(f"Blackwell build: compiled, never measured; the sm_90a {what} ({base[1].ratio})")
+    return None if base is None else (base[0], _blackwell(what, base[1]))
 
 
 def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tuple[int, Evidence] | None:
@@ -317,29 +320,35 @@ class CtaStep:
     start: int
     evidence: Evidence
 
+    def size(self) -> str:
+        """The CTA size in words."""
+        return _cta_size(self.rows)
 
-CTA_NOTE_H200 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
-                 "docs/bench/2026-12-03-h200-r14-fwd-launch.json, -large-t.json); the size lost at the row count "
-                 "below the start")
-CTA_NOTE_H100 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, "
-                 "median of 30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json, "
-                 "the steps as routed against the rule's CTAs: -r31-fwd-launch-shipped-*.json); the size lost on one "
-                 "of the three at the row count below the start")
+
+def _cta_size(rows: int) -> str:
+    return f"{rows} row(s) per CTA" if rows else "the rule's CTAs"
+
+
+CTA_METHOD_H200 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, cold L2, median of 30; bits equal; "
+                   "docs/bench/2026-12-03-h200-r14-fwd-launch.json, -large-t.json)")
+CTA_METHOD_H100 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, "
+                   "median of 30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json, "
+                   "the steps as routed against the rule's CTAs: -r31-fwd-launch-shipped-*.json)")
 
 
 def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date: str = "2026-12-03",
-          note: str = CTA_NOTE_H200) -> CtaStep:
+          method: str = CTA_METHOD_H200, why: str = "the size lost at the row count below the start") -> CtaStep:
     """A CTA-size step measured with bench/fwd_launch.py (by default in round 14, on the H200)."""
-    what = f"{rows} row(s) per CTA" if rows else "the rule's CTAs"
     return CtaStep(rows, start, Evidence(measured=True, gpu=gpu, sms=132, date=date,
                                          below=f"fwd_h{hidden} {'the rule' if rows else 'the step before'}'s CTAs",
-                                         above=f"fwd_h{hidden} {what} from "
-                                         f"{start} rows", ratio=ratio, note=note))
+                                         above=f"fwd_h{hidden} {_cta_size(rows)} from {start} rows", ratio=ratio,
+                                         note=f"{method}; {why}"))
 
 
 def _h100_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
     """A CTA-size step measured in round 31, on an H100, on the plain, FP32-weight and residual rows."""
-    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", note=CTA_NOTE_H100)
+    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", method=CTA_METHOD_H100,
+                 why="the size lost on one of the three at the row count below the start")
 
 
 MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
@@ -367,8 +376,7 @@ MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
                                   "(round 14) 0.963 at 1024, 0.977 at 4096"),
         _step(4096, 0, 16384, "1 row / 4 = 0.999 at T=16384, 1.008 at 65536 (the H200's round 14): the rule's "
                               "full CTAs again",
-              note=CTA_NOTE_H200.replace("the size lost at the row count below the start",
-                                         "one row no longer ahead from this row count on"))),
+              why="one row no longer ahead from this row count on")),
     ("sm_90a", 5120): (
         _h100_step(5120, 2, 1536, "2 rows / the rule's 3: plain / FP32 weight / residual 0.965 / 0.953 / 0.983 at "
                                   "T=1536 (13.95 vs 14.46 us plain); 1 row there 0.968 / 0.936 / 1.062; 1.002 / "
@@ -556,8 +564,7 @@ def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[CtaStep, ...] | None:
     base = MEASURED_FWD_CTA_ROWS.get(("sm_90a", hidden))
     if base is None:
         return None
-    return tuple(CtaStep(s.rows, s.start, unmeasured(f"Blackwell build: compiled, never measured; the sm_90a CTA "
-                                                      f"size ({s.evidence.ratio})")) for s in base)
+    return tuple(CtaStep(s.rows, s.start, _blackwell("CTA size", s.evidence)) for s in base)
 
 
 def fwd_cta_step(arch: str, hidden: int, rows: int) -> CtaStep | None:

@@ -91,8 +91,7 @@ def _cta_evidence(pass_: str, hidden: int, rows: int, arch: str, pack: int) -> s
     step = cake_windows.fwd_cta_step(arch, hidden, rows) if pass_ == "fwd" and pack == 1 else None
     if step is None:
         return ""
-    size = f"{step.rows} row(s) per CTA" if step.rows else "the rule's CTAs"
-    return f"; narrow rows: {size} from {step.start} rows: {step.evidence.line()}"
+    return f"; narrow rows: {step.size()} from {step.start} rows: {step.evidence.line()}"
 
 
 def _order_evidence(pass_: str, hidden: int, arch: str, order: int, engine: str) -> str:
