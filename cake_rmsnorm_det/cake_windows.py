@@ -15,7 +15,8 @@ re-read from L1) above. Engines compute the same bits; the edge only moves time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -287,14 +288,16 @@ def _blackwell(what: str, ev: Evidence) -> Evidence:
     return unmeasured(f"Blackwell build: compiled, never measured; the sm_90a {what} ({ev.ratio})")
 
 
-def _on_arch(table: dict, arch: str, rest: tuple, what: str) -> tuple | None:
+def _on_arch(table: dict, arch: str, rest: tuple, what: str, mark: Callable | None = None):
     """table[(arch, *rest)]: measured on sm_90a; Blackwell archs take the sm_90a entry, marked
-    unmeasured."""
+    unmeasured (`mark(entry, what)`; by default an entry is a (value, evidence) pair)."""
     hit = table.get((arch, *rest))
     if hit is not None or arch == "sm_90a":
         return hit
     base = table.get(("sm_90a", *rest))
-    return None if base is None else (base[0], _blackwell(what, base[1]))
+    if base is None:
+        return None
+    return mark(base, what) if mark else (base[0], _blackwell(what, base[1]))
 
 
 def engine_edge(arch: str, pass_: str, hidden: int, weight: str = "bf16") -> tuple[int, Evidence] | None:
@@ -558,13 +561,8 @@ def fwd_measured_pack(arch: str, hidden: int) -> tuple[tuple[int, int], Evidence
 def fwd_measured_cta_rows(arch: str, hidden: int) -> tuple[CtaStep, ...] | None:
     """The measured CTA-size steps of a width (None: the rule's CTAs throughout). Blackwell archs
     take the sm_90a steps, marked unmeasured."""
-    steps = MEASURED_FWD_CTA_ROWS.get((arch, hidden))
-    if steps is not None or arch == "sm_90a":
-        return steps
-    base = MEASURED_FWD_CTA_ROWS.get(("sm_90a", hidden))
-    if base is None:
-        return None
-    return tuple(CtaStep(s.rows, s.start, _blackwell("CTA size", s.evidence)) for s in base)
+    return _on_arch(MEASURED_FWD_CTA_ROWS, arch, (hidden,), "CTA size",
+                    lambda steps, what: tuple(replace(s, evidence=_blackwell(what, s.evidence)) for s in steps))
 
 
 def fwd_cta_step(arch: str, hidden: int, rows: int) -> CtaStep | None:
