@@ -1,7 +1,8 @@
 """The backward's dw partition, timed with other chunk sizes (GPU).
 
     python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
-                              [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single] [--out DIR]
+                              [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single]
+                              [--weight bf16|fp32] [--residual] [--out DIR]
 
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
@@ -69,6 +70,8 @@ def main(argv=None) -> int:
                     help="also the pair form on the width's DW_CHUNKS class partition (no one-row reach): what "
                          "a row count past the fused window would run")
     ap.add_argument("--no-single", action="store_true", help="skip the single form")
+    ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
+    ap.add_argument("--residual", action="store_true", help="the residual rows (a grad_residual added to dx)")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -82,10 +85,11 @@ def main(argv=None) -> int:
     for h in bench.int_list(a.widths):
         for t in bench.int_list(a.tokens):
             x = torch.randn(t, h, device=dev).to(torch.bfloat16)
-            w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16)
+            w = (torch.rand(h, device=dev) + 0.5).to(torch.bfloat16 if a.weight == "bf16" else torch.float32)
             g = torch.randn_like(x)
+            gr = torch.randn_like(x) if a.residual else None
             rstd = crd.forward(x, w, 1e-6)[1]
-            call = lambda: crd.backward(g, x, w, rstd)  # noqa: E731
+            call = lambda: crd.backward(g, x, w, rstd, gr)  # noqa: E731
             cr, ch = cake_jit.dw_partition(t, h)
             us = {"shipped": timer(call)}
             same = {}
@@ -112,15 +116,17 @@ def main(argv=None) -> int:
                         with chunks_of(1, "fused"), crd.force_tile_cluster(k):
                             us[f"fused@{k}"] = timer(call)
                             same[f"fused@{k}"] = bool(torch.equal(call()[1], pair_dw))
-            rows_out.append({"T": t, "H": h, "shipped_partition": [cr, ch], "us": us, "dw_repeatable": same})
+            rows_out.append({"T": t, "H": h, "weight": a.weight, "residual": a.residual, "shipped_partition": [cr, ch],
+                             "us": us, "dw_repeatable": same})
             cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}"
                              for k in [f"C={c}" for c in sizes] + fused_cols)
             single = f"{us['single']:8.2f}" if "single" in us else f"{'-':>8s}"
             print(f"[{t},{h}]{'':{max(0, 12 - len(str(t)) - len(str(h)))}s} {us['shipped']:7.2f} ({cr}x{ch}) "
                   f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable (or fused != pair)'}", flush=True)
-            del x, g
+            del x, g, gr
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    Path(a.out, "partition.json").write_text(json.dumps(rows_out, indent=1))
+    name = f"partition{'' if a.weight == 'bf16' else '-fp32'}{'-residual' if a.residual else ''}.json"
+    Path(a.out, name).write_text(json.dumps(rows_out, indent=1))
     return 0
 
 

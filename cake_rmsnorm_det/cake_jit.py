@@ -38,12 +38,30 @@ def _is_narrow(hidden: int) -> bool:
 def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden`'s DW_CHUNKS class, without its one-row reach
     (what a row count past the fused window runs: bench/partition.py --pair-class). The class goes
-    by the backward CTA's row groups (rows of one warp, narrow), else by the width (mid, wide)."""
+    by the backward CTA's row groups (rows of one warp, narrow), else by the width (mid, wide); past
+    the width's ring edge, DW_RING_CHUNKS."""
     if layout.bwd_row_groups(hidden) >= cw.DW_WARP_ROWS_PER_CTA:
         cls = "warp"
     else:
         cls = "narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"
-    return cw.DW_CHUNKS[cls]
+    windows = cw.DW_CHUNKS[cls]
+    edge = ring_edge(hidden)
+    if edge is None:
+        return windows
+    below = tuple((last, chunks) for last, chunks in windows if last is not None and last < edge)
+    at_edge = next(chunks for last, chunks in windows if last is None or last >= edge)
+    return below + ((edge, at_edge), (None, cw.DW_RING_CHUNKS))
+
+
+def ring_edge(hidden: int) -> int | None:
+    """The last row count before the backward's ring engine, where it has one (None: the direct
+    engine throughout). The sm_90a edge, whatever the arch (Blackwell archs take it too), and only
+    where the ring fits with and without the residual: the partition is a function of (T, H) alone,
+    so the ring's chunk count must not fall on rows that a residual call would run direct."""
+    hit = cw.engine_edge("sm_90a", "bwd", hidden)
+    if hit is None or not (layout.ring_fits(hidden, False) and layout.ring_fits(hidden, True)):
+        return None
+    return hit[0]
 
 
 @lru_cache(maxsize=None)

@@ -156,6 +156,16 @@ MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
 # so "warp" takes 128 chunks (of 16 rows) from 2048 rows and "narrow" 128 (of 8) from 1024. The rest
 # held within 1.3% ([2048,1536] 12.77 shipped against 12.62 on 256 chunks, [1024,2048] 10.77 / 10.70).
 DW_CHUNK_TARGET = 264
+# The ring engine's windows (H 1536, 5120, 6144 past their engine edges, ENGINE_EDGES): one chunk
+# per ring CTA of a 132-SM device (the ring runs one CTA an SM at those widths), where 264 chunks
+# gave each CTA two chunks in turn. Every ring row count timed on the H200 gained (2026-12-06,
+# bench/partition.py, docs/bench/2026-12-06-h200-r33-partition-ring.json; 264 chunks -> 132):
+# [65536,1536] 160.70 -> 156.75 us, [65536,5120] 524.86 -> 507.26, [65536,6144] 628.94 -> 614.37,
+# [32768,*] 0.963-0.980, [16384,5120] 145.42 -> 138.83, [8192,5120] 81.52 -> 76.30, [8192,6144]
+# 96.59 -> 90.35. The direct engine runs two CTAs an SM and loses with 132 (1.11-1.27x slower at
+# [65536,256-4096] and [16384,256-4096]), so its windows keep their counts. A constant, not the
+# device's SM count: the partition fixes dw's bits on every device.
+DW_RING_CHUNKS = 132
 DW_NARROW_ROWS_PER_CTA = 4
 DW_WARP_ROWS_PER_CTA = 16
 DW_WIDE_HIDDEN = 5120
@@ -337,6 +347,9 @@ CTA_METHOD_H200 = ("bench/fwd_launch.py --cta-rows 1,2 (CUPTI kernel-active, col
 CTA_METHOD_H100 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold L2, "
                    "median of 30; bits equal; docs/bench/2026-12-06-h100-r31-fwd-launch-{plain,fp32w,residual}.json, "
                    "the steps as routed against the rule's CTAs: -r31-fwd-launch-shipped-*.json)")
+CTA_METHOD_H200_R33 = ("bench/fwd_launch.py --cta-rows 1,2 --variant plain|fp32w|residual (CUPTI kernel-active, cold "
+                       "L2, median of 30; bits equal; docs/bench/2026-12-06-h200-r33-fwd-launch-{plain,fp32w,residual}"
+                       ".json at 1024-16384 rows and -r33-fwd-launch-steps-*.json at 1024-2048, two processes)")
 
 
 def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date: str = "2026-12-03",
@@ -346,6 +359,13 @@ def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date:
                                          below=f"fwd_h{hidden} {'the rule' if rows else 'the step before'}'s CTAs",
                                          above=f"fwd_h{hidden} {_cta_size(rows)} from {start} rows", ratio=ratio,
                                          note=f"{method}; {why}"))
+
+
+def _h200_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
+    """A CTA-size step whose start was measured in round 33, on the H200, on the plain, FP32-weight
+    and residual rows (round 31's H100 put it one or two row counts later)."""
+    return _step(hidden, rows, start, ratio, date="2026-12-06", method=CTA_METHOD_H200_R33,
+                 why="the size lost on one of the three at the row count below the start")
 
 
 def _h100_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
@@ -359,16 +379,22 @@ MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
         _step(512, 2, 16384, "2 rows / 16 = 0.968 at T=16384 (11.01 vs 11.38 us), 0.979 at 65536 (35.87 vs 36.64); "
                              "1.15 at 4096"),),
     ("sm_90a", 1536): (
-        _h100_step(1536, 2, 2048, "2 rows / the rule's 6-8: plain / FP32 weight / residual 0.961 / 0.965 / 0.966 at "
-                                  "T=2048 (5.95 vs 6.19 us plain), 0.979 / 0.982 / 0.985 at 3072, 0.988 / 0.978 / "
-                                  "0.980 at 4096, 0.988 / 0.979 / 0.991 at 8192; 0.979 / 0.988 / 1.049 at 1536; "
-                                  "1 row loses 7-8% at 3072-4096 (plain, FP32 weight)"),
+        _h200_step(1536, 2, 1280, "2 rows / the rule's 5-7: plain / FP32 weight / residual 0.977 / 0.982 / 1.000 at "
+                                  "T=1280 (4.06 vs 4.16 us plain, one process), 0.965 / 0.969 / 0.974 and "
+                                  "0.979 / 0.972 / 0.978 at 1536 (two processes), 0.968 / 0.968 / 0.957 at 1792; "
+                                  "1.008-1.009 / 0.983 / 1.026-1.036 at 1024. The H100 (round 31): 0.961 / 0.965 / "
+                                  "0.966 at 2048, 0.979 / 0.982 / 0.985 at 3072, 0.988 / 0.978 / 0.980 at 4096, "
+                                  "0.988 / 0.979 / 0.991 at 8192, 0.979 / 0.988 / 1.049 at 1536; 1 row loses 7-8% "
+                                  "at 3072-4096"),
         _step(1536, 1, 16384, "1 row / 8 = 0.975 at T=16384 (26.98 vs 27.66 us), 0.978 at 65536 (100.53 vs 102.83); "
                               "1.11 at 4096")),
     ("sm_90a", 2048): (
-        _h100_step(2048, 1, 2048, "1 row / the rule's 8: plain / FP32 weight / residual 0.940 / 0.940 / 0.975 at "
-                                  "T=2048 (7.07 vs 7.52 us plain), 0.927 / 0.939 / 1.008 at 3072; 0.965 / 0.961 / "
-                                  "1.039 at 1536"),
+        _h200_step(2048, 1, 1280, "1 row / the rule's 5-7: plain / FP32 weight / residual 0.955 / 0.947 / 0.991 at "
+                                  "T=1280 (4.70 vs 4.93 us plain, one process), 0.936 / 0.939 / 0.955 and 0.962 / "
+                                  "0.941 / 0.960 at 1536 (two processes), 0.959 / 0.958 / 0.974 at 1792; "
+                                  "1.012-1.036 / 0.989-1.004 / 1.019-1.071 at 1024. The H100 (round 31): 0.940 / "
+                                  "0.940 / 0.975 at 2048, 0.927 / 0.939 / 1.008 at 3072, 0.965 / 0.961 / 1.039 at "
+                                  "1536"),
         _step(2048, 1, 4096, "1 row / 8 = 0.908 at T=4096 (10.86 vs 11.97 us), 0.945 at 16384 (35.20 vs 37.23), "
                              "0.973 at 65536 (131.33 vs 134.94)")),
     ("sm_90a", 4096): (

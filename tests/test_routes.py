@@ -142,6 +142,29 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
     assert cake_jit.dw_partition(last, hidden) == (1, last) and cake_jit.dw_partition(last + 1, hidden)[0] >= 2
 
 
+@pytest.mark.parametrize("hidden", WIDTHS)
+def test_ring_windows_take_one_chunk_a_ring_cta(hidden):
+    """Past a width's backward ring edge the partition is DW_RING_CHUNKS chunks, on every key of the
+    width (both weights, with and without the residual: the partition cannot tell them apart, so
+    each must run the ring there); below it, and at widths without a ring, the class's counts."""
+    edge = cake_jit.ring_edge(hidden)
+    if edge is None:
+        assert cake_jit.dw_max_chunks(65536, hidden) != cake_windows.DW_RING_CHUNKS
+        return
+    assert cake_jit.dw_max_chunks(edge + 1, hidden) == cake_windows.DW_RING_CHUNKS
+    assert cake_jit.dw_max_chunks(edge, hidden) != cake_windows.DW_RING_CHUNKS
+    n = cake_windows.DW_RING_CHUNKS
+    assert cake_jit.dw_partition(65536, hidden) == (-(-65536 // n), n)
+    for arch in SUPPORTED_ARCHS:
+        for weight in ("bf16", "fp32"):
+            for residual in (False, True):
+                for rows in (edge + 1, 2 * edge, 65536):
+                    r = cake_jit.route(arch, "bwd", hidden, weight, residual, rows)
+                    assert r.window.engine == "ring", (arch, weight, residual, rows)
+                    assert r.chunks <= cake_windows.DW_RING_CHUNKS, (arch, weight, residual, rows)
+                assert cake_jit.route(arch, "bwd", hidden, weight, residual, edge).window.engine == "direct"
+
+
 def test_warp_rows_chunks_hold_the_cta_s_row_groups():
     """Rows of one warp (H <= 256: 16 row groups a CTA) lost on multi-row chunks of fewer rows than
     the CTA's groups but 4 (cake_windows.DW_CHUNKS, "warp"): past the 4-row window every chunk but
