@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
-# The measurements docs/performance.md ("Next", item 2) holds pending for the H200, as one call on
-# the GPU machine from the repository root with .whl/ carried (at most ~560 s; .variants/ too when
+# Checks of the routed programs and windows, and the experiments of bench/experiments/, as one call
+# on the GPU machine from the repository root with .whl/ carried (at most ~560 s; .variants/ too when
 # bench/experiments/ holds a patch):
 #   python3 bench/experiment_tree.py .variants/<patch name> bench/experiments/<patch name>.patch
 #       (first, on a machine with GNU patch, for each experiment; missing trees are built here if it can)
-#   bash bench/pending.sh check phases
-# check: the smoke test and GPU suite on the routed programs and windows (round 30's passed on an
-#   H100 before a host-side change of its wide rows' query, not yet on an H200); the fused edges of
-#   H 512 / 1536 / 4096 / 5120 / 6144 at 320-768 rows (where the H200 tied in round 29 and an H100
-#   decided, again in round 30); the forward's engines with FP32 weight at H 2048 from 4096 rows (its
-#   edge since round 29; ties past it on the H100).
-# The H200's next call: bash bench/pending.sh check ctas phases variants (VARIANT_ARGS from
-#   bench/experiments/two-level-only.patch, the control for round 30's kernels of one-level views).
-# ctas: bench/fwd_launch.py over the forward's CTA-size steps of round 31 (measured on an H100), the
-#   plain, FP32-weight and residual rows: the shipped size against the rule's ("spread") and 1 / 2 rows.
+#   bash bench/pending.sh check ctas phases variants
+# (round 33 ran all four on the H200: docs/performance.md, "Latest round").
+# check: the smoke test and GPU suite on the routed programs and windows; the fused edges of
+#   H 512 / 1536 / 4096 / 5120 / 6144 at 320-768 rows (where the H200 tied in rounds 29 and 33); the
+#   forward's engines with FP32 weight at H 2048 from 4096 rows (its edge since round 29).
+# ctas: bench/fwd_launch.py over the forward's CTA-size steps (rounds 31 and 33), the plain,
+#   FP32-weight and residual rows: the shipped size against the rule's ("spread") and 1 / 2 rows.
 # phases: bench/phases.py (the forward's few-row calls taken apart by phase: docs/performance.md
 #   "Next", the forward at T 256-1024).
 # variants: every experiment of bench/experiments/ beside the routed programs (VARIANT_ARGS: which
