@@ -3,7 +3,8 @@
 A program is a kernel/binding ``.cu`` pair named ``cake_rmsnorm_det_`` + the first 20 hex digits
 of the SHA-256 over its kernel file, its binding file and every project header they include.
 
-Command line (run from a checkout)::
+Command line (run from a checkout; ``__main__.py`` beside this file, so that running it does not
+load this module twice)::
 
     python -m cake_rmsnorm_det.programs verify       # names, hashes and build.json agree
     python -m cake_rmsnorm_det.programs rehash       # rename programs whose content changed
@@ -13,7 +14,6 @@ Command line (run from a checkout)::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -38,8 +38,8 @@ _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"(cake/[^"]+)"', re.M)
 
 
 def package_dir() -> Path:
-    """The installed package's folder."""
-    return Path(__file__).resolve().parent
+    """The installed package's folder (cake_rmsnorm_det/, above this subpackage)."""
+    return Path(__file__).resolve().parent.parent
 
 
 def source_root() -> Path:
@@ -519,40 +519,3 @@ def load_program(prog: Program, arch: str) -> Any:
             mod = tvm_ffi.load_module(str(lib))
             _LOADED[key] = mod
     return mod
-
-
-def _main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cake_rmsnorm_det.programs", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("verify", help="check names, hashes and build.json agree")
-    sub.add_parser("rehash", help="rename programs whose content changed")
-    sub.add_parser("list", help="list the programs")
-    r = sub.add_parser("register", help="name a new program from its content and record it")
-    r.add_argument("--key", required=True)
-    r.add_argument("--pass", dest="pass_", required=True, choices=["fwd", "bwd"])
-    r.add_argument("--hidden", type=int, default=None)
-    r.add_argument("kernel", type=Path)
-    r.add_argument("binding", type=Path)
-    a = ap.parse_args(argv)
-    if a.cmd == "verify":
-        bad = problems()
-        for b in bad:
-            print("MISMATCH", b)
-        print(f"{len(programs())} programs, {len(bad)} problems")
-        return 1 if bad else 0
-    if a.cmd == "rehash":
-        for key, old, new in rehash():
-            print(f"{key}: {old} -> {new}")
-        return 0
-    if a.cmd == "list":
-        for p in programs():
-            print(f"{p.key:14s} {p.name}  {p.kernel}")
-        return 0
-    p = register(a.key, a.pass_, a.hidden, a.kernel, a.binding)
-    print(f"registered {p.key} as {p.name}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
