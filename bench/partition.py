@@ -2,7 +2,7 @@
 
     python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
                               [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single]
-                              [--weight bf16|fp32] [--residual] [--out DIR]
+                              [--weight bf16|fp32] [--residual] [--engine direct|ring] [--out DIR]
 
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
@@ -13,6 +13,8 @@ must equal the pair form's on the same chunks): the form's reach past the shippe
 --tile-clusters adds it with each dw tile over clusters of k CTAs (columns "fused@k"; "fused" is the
 launcher's rule). --pair-class adds the pair form on the width's DW_CHUNKS class partition (column
 "pair@cls"): what the rows would run without a one-row reach, the other side of a fused edge.
+--engine adds each chunk size again with that backward engine forced (columns "C=<rows>@<engine>"):
+an engine edge timed with each engine on its own partition.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-single", action="store_true", help="skip the single form")
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
     ap.add_argument("--residual", action="store_true", help="the residual rows (a grad_residual added to dx)")
+    ap.add_argument("--engine", choices=["direct", "ring"], help="also each chunk size with this engine forced")
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
@@ -79,6 +82,7 @@ def main(argv=None) -> int:
     sizes = bench.int_list(a.chunk_rows)
     clusters = bench.int_list(a.tile_clusters) if a.fused and a.tile_clusters else []
     fused_cols = (["fused"] if a.fused else []) + [f"fused@{k}" for k in clusters] + (["pair@cls"] if a.pair_class else [])
+    fused_cols += [f"C={c}@{a.engine}" for c in sizes] if a.engine else []
     rows_out = []
     print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes)
           + "".join(f" {c:>8s}" for c in fused_cols), flush=True)
@@ -108,6 +112,11 @@ def main(argv=None) -> int:
                     same[f"C={c}"] = bool(torch.equal(call()[1], call()[1]))
                     if a.fused and c == 1:
                         pair_dw = call()[1]
+                    if a.engine:  # the engines give the same bits on one partition
+                        routed_dw = call()[1]
+                        with crd.force_engine(a.engine):
+                            us[f"C={c}@{a.engine}"] = timer(call)
+                            same[f"C={c}@{a.engine}"] = bool(torch.equal(call()[1], routed_dw))
                 if a.fused and c == 1:
                     with chunks_of(1, "fused"):
                         us["fused"] = timer(call)
