@@ -15,13 +15,17 @@
 #   "Next", the forward at T 256-1024).
 # variants: every experiment of bench/experiments/ beside the routed programs (VARIANT_ARGS: which
 #   rows; each patch's header names them).
+# ringedge: H 1536's backward engine edge with each engine on its own partition (docs/performance.md
+#   "Next", item 2): at 8192-16384 rows the shipped direct engine (264 chunks) beside the ring forced
+#   on 132 chunks, the ring windows' count since round 33 (bench/partition.py --engine ring); the
+#   BF16, FP32-weight and residual rows, a process each. Not yet run.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -56,4 +60,14 @@ if [[ $STEPS == *" variants "* ]]; then
   if [[ -z $TREES ]]; then echo "pending: no experiment in bench/experiments/"; else
     DEADLINE=$(left) VARIANT_TREES="$TREES" LOG=$LOGS/variants OUT=/tmp/step_out bash bench/device_run.sh variants
   fi
+fi
+if [[ $STEPS == *" ringedge "* ]]; then
+  i=0
+  for v in "" "--weight fp32" "--residual"; do
+    for tc in "8192 63" "12288 94" "16384 125"; do  # C = ceil(T / 132): the ring's 132 chunks
+      set -- $tc; i=$((i + 1))
+      DEADLINE=$(left) PARTITION_ARGS="--widths 1536 --tokens $1 --chunk-rows $2 --engine ring --no-single $v" \
+      LOG=$LOGS/ringedge$i OUT=/tmp/step_out bash bench/device_run.sh partition
+    done
+  done
 fi
