@@ -361,17 +361,16 @@ def _step(hidden: int, rows: int, start: int, ratio: str, gpu: str = H200, date:
                                          note=f"{method}; {why}"))
 
 
-def _h200_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
-    """A CTA-size step whose start was measured in round 33, on the H200, on the plain, FP32-weight
-    and residual rows (round 31's H100 put it one or two row counts later)."""
-    return _step(hidden, rows, start, ratio, date="2026-12-06", method=CTA_METHOD_H200_R33,
-                 why="the size lost on one of the three at the row count below the start")
+def _variants_step(gpu: str, method: str) -> Callable[[int, int, int, str], CtaStep]:
+    """Steps measured on the plain, FP32-weight and residual rows alike (2026-12-06, on `gpu`)."""
+    return lambda hidden, rows, start, ratio: _step(
+        hidden, rows, start, ratio, gpu=gpu, date="2026-12-06", method=method,
+        why="the size lost on one of the three at the row count below the start")
 
 
-def _h100_step(hidden: int, rows: int, start: int, ratio: str) -> CtaStep:
-    """A CTA-size step measured in round 31, on an H100, on the plain, FP32-weight and residual rows."""
-    return _step(hidden, rows, start, ratio, gpu=H100, date="2026-12-06", method=CTA_METHOD_H100,
-                 why="the size lost on one of the three at the row count below the start")
+# Round 33, on the H200 (where round 31's H100 put the start one or two row counts later); round 31, on an H100.
+_h200_step = _variants_step(H200, CTA_METHOD_H200_R33)
+_h100_step = _variants_step(H100, CTA_METHOD_H100)
 
 
 MEASURED_FWD_CTA_ROWS: dict[tuple[str, int], tuple[CtaStep, ...]] = {
