@@ -1,6 +1,7 @@
 """The backward's dw partition, timed with other chunk sizes (GPU).
 
-    python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--max-chunks 512]
+    python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--chunks 132,...]
+                              [--max-chunks 512]
                               [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single]
                               [--weight bf16|fp32] [--residual] [--engine direct|ring] [--out DIR]
 
@@ -14,7 +15,9 @@ must equal the pair form's on the same chunks): the form's reach past the shippe
 launcher's rule). --pair-class adds the pair form on the width's DW_CHUNKS class partition (column
 "pair@cls"): what the rows would run without a one-row reach, the other side of a fused edge.
 --engine adds each chunk size again with that backward engine forced (columns "C=<rows>@<engine>"):
-an engine edge timed with each engine on its own partition.
+an engine edge timed with each engine on its own partition. --chunks adds partitions given by their chunk
+count N (chunks of ceil(T / N) rows; columns "N=<count>", and "N=<count>@<engine>" with --engine), for one
+list across token counts where the rows per chunk would differ at each.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", default=",".join(map(str, cake_jit.QUALIFIED_WIDTHS)))
     ap.add_argument("--tokens", default="4,16,64,256,512,1024,2048")
     ap.add_argument("--chunk-rows", default="1,2,4,8")
+    ap.add_argument("--chunks", default="", help="also partitions of these chunk counts (ceil(T / N) rows a chunk)")
     ap.add_argument("--max-chunks", type=int, default=512, help="skip chunk sizes that make more chunks")
     ap.add_argument("--fused", action="store_true", help="also the fused form on one-row chunks")
     ap.add_argument("--tile-clusters", default="",
@@ -79,10 +83,12 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     timer = bench.Timer(dev)
     torch.manual_seed(0)
-    sizes = bench.int_list(a.chunk_rows)
+    sizes = bench.int_list(a.chunk_rows) if a.chunk_rows else []
+    counts = bench.int_list(a.chunks) if a.chunks else []
     clusters = bench.int_list(a.tile_clusters) if a.fused and a.tile_clusters else []
     fused_cols = (["fused"] if a.fused else []) + [f"fused@{k}" for k in clusters] + (["pair@cls"] if a.pair_class else [])
     fused_cols += [f"C={c}@{a.engine}" for c in sizes] if a.engine else []
+    fused_cols += [f"N={n}{e}" for n in counts for e in ([""] + ([f"@{a.engine}"] if a.engine else []))]
     rows_out = []
     print(f"{'shape':14s} {'shipped':>16s} {'single':>8s} " + " ".join(f"{'C=' + str(c):>8s}" for c in sizes)
           + "".join(f" {c:>8s}" for c in fused_cols), flush=True)
@@ -125,6 +131,17 @@ def main(argv=None) -> int:
                         with chunks_of(1, "fused"), crd.force_tile_cluster(k):
                             us[f"fused@{k}"] = timer(call)
                             same[f"fused@{k}"] = bool(torch.equal(call()[1], pair_dw))
+            for n in counts:
+                if n > t:
+                    continue
+                with chunks_of(ceil(t / n)):
+                    us[f"N={n}"] = timer(call)
+                    dw = call()[1]
+                    same[f"N={n}"] = bool(torch.equal(call()[1], dw))
+                    if a.engine:
+                        with crd.force_engine(a.engine):
+                            us[f"N={n}@{a.engine}"] = timer(call)
+                            same[f"N={n}@{a.engine}"] = bool(torch.equal(call()[1], dw))
             rows_out.append({"T": t, "H": h, "weight": a.weight, "residual": a.residual, "shipped_partition": [cr, ch],
                              "us": us, "dw_repeatable": same})
             cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}"

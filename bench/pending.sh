@@ -17,15 +17,17 @@
 #   rows; each patch's header names them).
 # ringedge: H 1536's backward engine edge with each engine on its own partition (docs/performance.md
 #   "Next", item 2): at 8192-16384 rows the shipped direct engine (264 chunks) beside the ring forced
-#   on 132 chunks, the ring windows' count since round 33 (bench/partition.py --engine ring); the
-#   BF16, FP32-weight and residual rows, a process each. Not yet run.
+#   on 132 chunks, the ring windows' count since round 33 (bench/partition.py --chunks 132 --engine
+#   ring); the BF16, FP32-weight and residual rows, a process each.
+# ringwide: the same at H 2048 / 4096 (direct throughout since round 23, when the ring ran 264 chunks
+#   and lost 1.2-6% to it) from 8192 to 65536 rows, on 132 and 264 chunks.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -61,13 +63,13 @@ if [[ $STEPS == *" variants "* ]]; then
     DEADLINE=$(left) VARIANT_TREES="$TREES" LOG=$LOGS/variants OUT=/tmp/step_out bash bench/device_run.sh variants
   fi
 fi
-if [[ $STEPS == *" ringedge "* ]]; then
-  i=0
+ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual variant a process
+  local i=0 v
   for v in "" "--weight fp32" "--residual"; do
-    for tc in "8192 63" "12288 94" "16384 125"; do  # C = ceil(T / 132): the ring's 132 chunks
-      set -- $tc; i=$((i + 1))
-      DEADLINE=$(left) PARTITION_ARGS="--widths 1536 --tokens $1 --chunk-rows $2 --engine ring --no-single $v" \
-      LOG=$LOGS/ringedge$i OUT=/tmp/step_out bash bench/device_run.sh partition
-    done
+    i=$((i + 1))
+    DEADLINE=$(left) PARTITION_ARGS="--widths $2 --tokens $3 --chunk-rows= --chunks $4 --engine ring --no-single $v" \
+    LOG=$LOGS/$1$i OUT=/tmp/step_out bash bench/device_run.sh partition
   done
-fi
+}
+if [[ $STEPS == *" ringwide "* ]]; then ring_step ringwide 2048,4096 8192,16384,32768,65536 132,264; fi
+if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384 132; fi
