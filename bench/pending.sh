@@ -21,13 +21,15 @@
 #   ring); the BF16, FP32-weight and residual rows, a process each.
 # ringwide: the same at H 2048 / 4096 (direct throughout since round 23, when the ring ran 264 chunks
 #   and lost 1.2-6% to it) from 8192 to 65536 rows, on 132 and 264 chunks.
+# ringdepth: the ring's row depths 1 / 2 / 4 at H 2048 / 4096 on 132 chunks (bench/variants.py --engine
+#   ring --chunks 132; the routed programs hold depth 4 there).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -72,4 +74,9 @@ ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual var
   done
 }
 if [[ $STEPS == *" ringwide "* ]]; then ring_step ringwide 2048,4096 8192,16384,32768,65536 132,264; fi
+if [[ $STEPS == *" ringdepth "* ]]; then
+  DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/ringdepth OUT=/tmp/step_out \
+  VARIANT_ARGS="--passes bwd --widths 2048,4096 --tokens 16384,65536 --bwd-args 1;2;4 --engine ring --chunks 132" \
+  bash bench/device_run.sh variants
+fi
 if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384 132; fi

@@ -13,6 +13,9 @@ routed program's: tuning arguments must never change a bit (other trees' bits ar
 Where another tree's bits differ, the row also gives max |diff| / max |ref| over the outputs.
 ``--weight fp32`` times FP32-weight rows; ``--orders contiguous,strided`` times each backward shape
 under each forced dw chunk order (crd.force_chunk_order; where the partition allows it).
+``--engine ring --chunks 132`` times every backward (routed and variants) with that engine forced on
+a partition of that many chunks (bench/partition.py's chunks_of): the ring's row depths at a width
+whose route runs the direct engine.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cake_rmsnorm_det import api, bench, cake_jit, layout, programs  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from partition import chunks_of  # noqa: E402
 
 # The launcher each pass's variants instantiate: forward <H, weights in registers>, backward
 # <H, ring row depth> (the engine still comes from the route, as for the routed program).
@@ -132,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
     ap.add_argument("--orders", default="route",
                     help="backward dw chunk orders to time each shape under: route, contiguous, strided (',')")
+    ap.add_argument("--engine", choices=["direct", "ring"], help="every backward with this engine forced")
+    ap.add_argument("--chunks", type=int, default=0, help="every backward on this many dw chunks (0: the route's)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
     tokens = bench.int_list(a.tokens)
@@ -166,8 +174,15 @@ def main(argv=None) -> int:
                 chunk_rows = cake_jit.dw_partition(x.numel() // h, h)[0]
                 if order == "strided" and (pass_ != "bwd" or not layout.strided_fits(h, chunk_rows)):
                     continue
-                forced = contextlib.nullcontext if order == "route" or pass_ != "bwd" else (
-                    lambda: api.force_chunk_order(order))
+                def forced(order=order, pass_=pass_, rows=x.numel() // h):
+                    stack = contextlib.ExitStack()
+                    if pass_ == "bwd" and order != "route":
+                        stack.enter_context(api.force_chunk_order(order))
+                    if pass_ == "bwd" and a.engine:
+                        stack.enter_context(api.force_engine(a.engine))
+                    if pass_ == "bwd" and a.chunks:
+                        stack.enter_context(chunks_of(-(-rows // a.chunks)))
+                    return stack
                 label = s["label"] + ("" if order == "route" else f" {order}")
                 with forced():
                     ref = outputs(pass_, x, w, g, rstd)
