@@ -23,13 +23,15 @@
 #   and lost 1.2-6% to it) from 8192 to 65536 rows, on 132 and 264 chunks.
 # ringdepth: the ring's row depths 1 / 2 / 4 at H 2048 / 4096 on 132 chunks (bench/variants.py --engine
 #   ring --chunks 132; the routed programs hold depth 4 there).
+# depths: the ring's row depths on its own windows: H 1536 at 4 / 6 / 8 (BF16 and FP32 weight; 8
+#   holds no residual stage pair, so a residual call there would run direct), H 5120 at 2 / 3.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -78,5 +80,15 @@ if [[ $STEPS == *" ringdepth "* ]]; then
   DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/ringdepth OUT=/tmp/step_out \
   VARIANT_ARGS="--passes bwd --widths 2048,4096 --tokens 16384,65536 --bwd-args 1;2;4 --engine ring --chunks 132" \
   bash bench/device_run.sh variants
+fi
+if [[ $STEPS == *" depths "* ]]; then
+  i=0
+  for args in "--widths 1536 --tokens 16385,32768,65536 --bwd-args 4;6;8" \
+              "--widths 1536 --tokens 16385,32768,65536 --bwd-args 4;6;8 --weight fp32" \
+              "--widths 5120 --tokens 4096,8192,32768,65536 --bwd-args 2;3"; do
+    i=$((i + 1))
+    DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/depths$i OUT=/tmp/step_out VARIANT_ARGS="--passes bwd $args" \
+    bash bench/device_run.sh variants
+  done
 fi
 if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384 132; fi
