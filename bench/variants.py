@@ -11,8 +11,9 @@ adds the programs of another source tree (DIR/include, DIR/<program files>), e.g
 commit's, labelled ``@<DIR's name>``. Every variant's outputs are compared bit for bit with the
 routed program's: tuning arguments must never change a bit (other trees' bits are reported only).
 Where another tree's bits differ, the row also gives max |diff| / max |ref| over the outputs.
-``--weight fp32`` times FP32-weight rows; ``--orders contiguous,strided`` times each backward shape
-under each forced dw chunk order (crd.force_chunk_order; where the partition allows it).
+``--weight fp32`` times FP32-weight rows, ``--residual`` the backward's residual rows; ``--orders
+contiguous,strided`` times each backward shape under each forced dw chunk order
+(crd.force_chunk_order; where the partition allows it).
 ``--engine ring --chunks 132`` times every backward (routed and variants) with that engine forced on
 a partition of that many chunks (bench/partition.py's chunks_of): the ring's row depths at a width
 whose route runs the direct engine.
@@ -117,10 +118,10 @@ def shapes_for(pass_: str, hidden: int, tokens: tuple[int, ...] = (), all_views:
     return out
 
 
-def outputs(pass_: str, x, w, g, rstd):
+def outputs(pass_: str, x, w, g, rstd, gr=None):
     if pass_ == "fwd":
         return api.forward(x, w, 1e-6)
-    return api.backward(g, x, w, rstd)
+    return api.backward(g, x, w, rstd, gr)
 
 
 def main(argv=None) -> int:
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weight", default="bf16", choices=["bf16", "fp32"], help="the weight's dtype")
     ap.add_argument("--orders", default="route",
                     help="backward dw chunk orders to time each shape under: route, contiguous, strided (',')")
+    ap.add_argument("--residual", action="store_true", help="the backward's residual rows (a grad_residual added to dx)")
     ap.add_argument("--engine", choices=["direct", "ring"], help="every backward with this engine forced")
     ap.add_argument("--chunks", type=int, default=0, help="every backward on this many dw chunks (0: the route's)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
@@ -170,6 +172,7 @@ def main(argv=None) -> int:
                 x = bench.make_input(s, device)
                 w = (torch.rand(h, device=device) + 0.5).to(torch.bfloat16 if a.weight == "bf16" else torch.float32)
                 g = torch.randn(x.shape, device=device).to(torch.bfloat16)
+                gr = torch.randn_like(g) if a.residual else None
                 rstd = api.forward(x, w, 1e-6)[1]
                 chunk_rows = cake_jit.dw_partition(x.numel() // h, h)[0]
                 if order == "strided" and (pass_ != "bwd" or not layout.strided_fits(h, chunk_rows)):
@@ -185,22 +188,22 @@ def main(argv=None) -> int:
                     return stack
                 label = s["label"] + ("" if order == "route" else f" {order}")
                 with forced():
-                    ref = outputs(pass_, x, w, g, rstd)
-                    us = timer(lambda: outputs(pass_, x, w, g, rstd))
-                rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "variant": "routed",
+                    ref = outputs(pass_, x, w, g, rstd, gr)
+                    us = timer(lambda: outputs(pass_, x, w, g, rstd, gr))
+                rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "residual": a.residual, "variant": "routed",
                                  "us": round(us, 3), "bits_equal": True})
                 print(f"{pass_:4s} {label:22s} {'routed':24s} {us:9.3f}", flush=True)
                 for v, mod in zip(vs, mods):
                     if v.pass_ != pass_ or v.hidden != h:
                         continue
                     with Substitute(f"{pass_}_h{h}", mod), forced():
-                        got = outputs(pass_, x, w, g, rstd)
+                        got = outputs(pass_, x, w, g, rstd, gr)
                         same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
                                                q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
                                    for p, q in zip(ref, got))
                         far = 0.0 if same else farthest(ref, got)
-                        us = timer(lambda: outputs(pass_, x, w, g, rstd))
-                    rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "variant": v.label,
+                        us = timer(lambda: outputs(pass_, x, w, g, rstd, gr))
+                    rows_out.append({"pass": pass_, "shape": label, "weight": a.weight, "residual": a.residual, "variant": v.label,
                                      "us": round(us, 3), "bits_equal": same, "max_rel_diff": far})
                     print(f"{pass_:4s} {label:22s} {v.label:24s} {us:9.3f}  "
                           f"{'same' if same else f'DIFFER (max |diff| / max |ref| {far:.1e})'}", flush=True)
