@@ -243,13 +243,19 @@ def _edge(pass_: str, hidden: int, at: int, below: str, above: str, weight: str 
 # --reads l1, docs/bench/2026-12-04-h200-r23-engines-bwd-l1.json); with streamed reads their edges
 # were 16384 (ring/direct 1.016 there, 0.990 at 32768) and 8192 (1.020, 0.978 at 16384). H 1536,
 # 5120 and 6144 keep the ring (ring/direct with L1 reads 0.937 at [65536,1536], 0.87-0.93 at H 5120
-# / 6144 from 8192 rows).
+# / 6144 from 8192 rows). Re-timed with the ring on its own 132 chunks (DW_RING_CHUNKS) and the direct
+# engine on 264 (bench/partition.py --chunks 132 --engine ring, 2026-12-06, docs/bench/2026-12-06-h200-
+# r34-ringwide.json, -r34-ringedge-h1536.json): H 2048 / 4096 ring/direct 1.001-1.033 from 8192 rows
+# (FP32 weight 0.997-1.056, residual 0.988-1.065), so still direct; H 1536 1.048 / 1.021 / 1.013 at
+# 8192 / 12288 / 16384 (FP32 weight and residual alike), so its edge holds.
 _BWD = {  # the backward's edges, measured with BF16 weight; its FP32-weight rows time alike (<= 1.07x)
     1536: _edge("bwd", 1536, 16384, "1.037 (51.79 vs 49.95 us)", "0.975 (89.22 vs 91.52 us, T=32768)"),
     # re-timed with the ring at two rows an item (backward_ring.cuh bwd_row_depth; it was 2048 at
     # four): ring/direct 1.046 at 2048 and 1.014 at 3072 on the route's chunk order (FP32 weight
     # 1.040 / 1.007), 1.018 at 3072 and 0.991 / 0.963 at 4096 / 5120 with both engines on
     # contiguous chunks, 1.010 at 4096 on strided ones (docs/bench/2026-12-05-h200-r27-engines-h5120.json)
+    # (the plain rows' ring has run three rows an item since 2026-12-06, 1-2.5% faster from 4096 rows:
+    # the edge may lie lower now, not re-timed)
     5120: _edge("bwd", 5120, 3072, "1.018 (37.14 vs 36.50 us)", "0.991 (45.55 vs 45.98 us, T=4096; "
                 "contiguous dw chunks for both engines)", date="2026-12-05"),
     # H 6144 re-measured with the dw partition of cake_windows.DW_CHUNKS (128 chunks up to 4096 rows

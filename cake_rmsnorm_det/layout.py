@@ -80,9 +80,12 @@ def strided_fits(hidden: int, chunk_rows: int) -> bool:
     return chunk_rows >= bwd_row_groups(hidden)
 
 
-def ring_row_depth(hidden: int) -> int:
-    """The backward ring engine's rows per row group per item (backward_ring.cuh, bwd_row_depth)."""
-    return 2 if hidden >= 5120 or bwd_row_groups(hidden) * 4 > 32 else 4
+def ring_row_depth(hidden: int, residual: bool = False) -> int:
+    """The backward ring engine's rows per row group per item for the plain or the residual rows
+    (backward_ring.cuh, bwd_row_depth)."""
+    if hidden >= 6144 or (hidden >= 5120 and residual):
+        return 2
+    return 3 if hidden >= 5120 else 2 if bwd_row_groups(hidden) * 4 > 32 else 4
 
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
@@ -134,7 +137,7 @@ def ring_fits(hidden: int, residual: bool) -> bool:
     """Whether two ring slots fit one CTA (backward_ring.cuh, ring_stages); where they do not, the
     launcher runs the direct engine (same bits), and the routes say so."""
     rpc = bwd_row_groups(hidden)
-    item = rpc * ring_row_depth(hidden)
+    item = rpc * ring_row_depth(hidden, residual)
     stage = (3 if residual else 2) * item * hidden * 2 + ceil(item * 4 / 16) * 16
     return (rpc - 1) * hidden * 8 + 2 * (stage + 8) <= RING_SMEM_BUDGET
 
@@ -180,8 +183,9 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
                 f"the reduce's order from g, x, rstd{split}) first; {ceil(max(rows, 1) / groups)} row CTA(s) of "
                 f"{groups} row(s) x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
     if engine == "ring":
-        kernel = (f"backward_ring_kernel ({rpc * ring_row_depth(hidden)}-row items through a shared-memory "
-                  "ring of bulk copies)")
+        plain, res = rpc * ring_row_depth(hidden), rpc * ring_row_depth(hidden, True)
+        items = f"{plain}-row items" + ("" if plain == res else f", {res} with the residual,")
+        kernel = f"backward_ring_kernel ({items} through a shared-memory ring of bulk copies)"
     else:
         kernel = "backward_direct_kernel (rows a row ahead in registers" + (
             "; rows read into L1, cake_jit.row_loads)" if loads == L1_LOADS else ")")

@@ -72,20 +72,24 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
   return launch_backward_grid(reinterpret_cast<const void*>(kernel), kernel, a, threads, smem);
 }
 
-// RD: the ring engine's row depth (bwd_row_depth), a template argument so that a measurement can
-// build another depth from the same source. An item holds at most 32 rows (one rstd lane each).
-template <int HC, int RD = bwd_row_depth(HC)>
+// RD: the ring engine's row depth for both the plain and the residual rows, a template argument so
+// that a measurement can build another depth from the same source; 0 (the programs): bwd_row_depth
+// of each. An item holds at most 32 rows (one rstd lane each).
+template <int HC, int RD = 0>
 cudaError_t launch_backward_width(const BackwardArgs& a) {
+  constexpr int kPlain = RD > 0 ? RD : bwd_row_depth(HC, false);
+  constexpr int kResidual = RD > 0 ? RD : bwd_row_depth(HC, true);
+  const int depth = a.g_residual ? kResidual : kPlain;
   if (a.engine != kDirect && a.engine != kRing) return cudaErrorInvalidValue;
   if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
-  if (a.engine == kRing && rows_per_cta(row_layout(static_cast<int>(a.hidden)).threads) * RD > 32)
+  if (a.engine == kRing && rows_per_cta(row_layout(static_cast<int>(a.hidden)).threads) * depth > 32)
     return cudaErrorInvalidValue;
   if (a.weight_fp32) {
-    return a.g_residual ? launch_backward_variant<HC, float, true, RD>(a)
-                        : launch_backward_variant<HC, float, false, RD>(a);
+    return a.g_residual ? launch_backward_variant<HC, float, true, kResidual>(a)
+                        : launch_backward_variant<HC, float, false, kPlain>(a);
   }
-  return a.g_residual ? launch_backward_variant<HC, __nv_bfloat16, true, RD>(a)
-                      : launch_backward_variant<HC, __nv_bfloat16, false, RD>(a);
+  return a.g_residual ? launch_backward_variant<HC, __nv_bfloat16, true, kResidual>(a)
+                      : launch_backward_variant<HC, __nv_bfloat16, false, kPlain>(a);
 }
 
 }  // namespace cake

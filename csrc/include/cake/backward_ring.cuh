@@ -19,13 +19,18 @@ namespace cake {
 
 // Rows an item gives each row group (one after another, RPC rows apart). Deeper items let one
 // CTA barrier and one refill serve more rows; the depths are the fastest measured per width
-// (docs/performance.md): four up to 4096 (where an item stays within 32 rows), two at 5120 and 6144,
-// whose 640 / 768 threads have 96 / 80 registers (at 5120 four rows spilled, most with the FP32
-// weight), and one for the generic program (64 registers, two vectors per thread). Depth only
-// changes timing: a row group visits the same rows in the same order whatever the depth, so no bit
-// of dx or dw depends on it.
-__host__ __device__ constexpr int bwd_row_depth(int hc) {
-  return hc == 0 ? 1 : (hc >= 5120 || rows_per_cta(row_layout(hc).threads) * 4 > 32 ? 2 : 4);
+// (docs/performance.md): four up to 4096 (where an item stays within 32 rows); at 5120 three
+// (640 threads of 96 registers; four spilled, most with the FP32 weight), but two for the residual
+// rows, whose three tensors leave depth three two ring slots where depth two has three; two at 6144
+// (768 threads of 80 registers; three spilled); one for the generic program (64 registers, two
+// vectors per thread). Depth only changes timing: a row group visits the same rows in the same
+// order whatever the depth, so no bit of dx or dw depends on it.
+__host__ __device__ constexpr int bwd_row_depth(int hc, bool residual) {
+  return hc == 0                                                   ? 1
+         : hc >= 6144 || (hc >= 5120 && residual)                  ? 2
+         : hc >= 5120                                              ? 3
+         : rows_per_cta(row_layout(hc).threads) * 4 > 32           ? 2
+                                                                   : 4;
 }
 
 // The CTAs per SM a ring CTA's register budget is set for: two CTAs of up to 512 threads (64
