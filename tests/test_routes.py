@@ -249,6 +249,7 @@ def test_routes_cli_all_table():
 _MIRROR = r"""
 #include <cstdio>
 #include "cake/backward_fused.cuh"
+#include "cake/backward_ring.cuh"
 #include "cake/dw_reduce.cuh"
 #include "cake/forward.cuh"
 #include "cake/layout.cuh"
@@ -261,6 +262,8 @@ int main() {
               cake::kContiguous, cake::kStrided);
   packs<8>(); packs<200>(); packs<256>(); packs<512>(); packs<768>(); packs<1024>(); packs<1536>();
   packs<2048>(); packs<4096>(); packs<5120>(); packs<6144>();
+  for (int h : {256, 512, 1536, 2048, 4096, 5120, 6144})
+    std::printf("depth %d %d %d\n", h, cake::bwd_row_depth(h, false), cake::bwd_row_depth(h, true));
   const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
   const int cluster_hs[] = {256, 512, 1536, 2048, 4096, 6144};
   for (int h : cluster_hs)
@@ -307,7 +310,11 @@ def test_python_layout_mirrors_the_header(tmp_path):
         assert layout.dw_reduce_tile(h, sms) == t, (h, sms)
     clusters = [line.split()[1:] for line in lines if line.startswith("cluster ")]
     packs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("pack ")]
-    lines = [line for line in lines if not line.startswith(("cluster ", "pack ", "block ", "tile "))]
+    depths = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("depth ")]
+    lines = [line for line in lines if not line.startswith(("cluster ", "pack ", "block ", "tile ", "depth "))]
+    assert len(depths) == 7 and any(plain != res for _, plain, res in depths)
+    for h, plain, res in depths:  # the ring's row depths (layout.ring_fits sizes its slots by them)
+        assert (layout.ring_row_depth(h), layout.ring_row_depth(h, True)) == (plain, res), h
     assert len(packs) == 11 and any(has for _, has, _, _ in packs)
     for h, has, pack, slices in packs:
         assert layout.fwd_has_pack(h) == bool(has) and (pack, slices) == (layout.FWD_PACK, layout.FWD_MAX_PACK_SLICES), h
