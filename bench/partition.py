@@ -109,39 +109,34 @@ def main(argv=None) -> int:
             if ch > 1 and not a.no_single:  # the single form on the shipped partition (its bits are the pair form's)
                 with crd.force_form("single"):
                     us["single"] = timer(call)
-            pair_dw = None
+            def chunked(col: str, rows_per_chunk: int):
+                """Time the pair form on chunks of `rows_per_chunk` rows (column `col`, and `col`@engine with
+                --engine, whose dw must equal it: the engines give the same bits on one partition); its dw."""
+                with chunks_of(rows_per_chunk):
+                    us[col] = timer(call)
+                    dw = call()[1]  # each call writes fresh outputs
+                    same[col] = bool(torch.equal(call()[1], dw))
+                    if a.engine:
+                        with crd.force_engine(a.engine):
+                            us[f"{col}@{a.engine}"] = timer(call)
+                            same[f"{col}@{a.engine}"] = bool(torch.equal(call()[1], dw))
+                return dw
+
             for c in sizes:
                 if c > t or ceil(t / c) > a.max_chunks:
                     continue
-                with chunks_of(c):
-                    us[f"C={c}"] = timer(call)
-                    dw = call()[1]  # each call writes fresh outputs
-                    same[f"C={c}"] = bool(torch.equal(call()[1], dw))
-                    if a.fused and c == 1:
-                        pair_dw = dw
-                    if a.engine:  # the engines give the same bits on one partition
-                        with crd.force_engine(a.engine):
-                            us[f"C={c}@{a.engine}"] = timer(call)
-                            same[f"C={c}@{a.engine}"] = bool(torch.equal(call()[1], dw))
+                dw = chunked(f"C={c}", c)
                 if a.fused and c == 1:
                     with chunks_of(1, "fused"):
                         us["fused"] = timer(call)
-                        same["fused"] = bool(torch.equal(call()[1], pair_dw))
+                        same["fused"] = bool(torch.equal(call()[1], dw))
                     for k in clusters:
                         with chunks_of(1, "fused"), crd.force_tile_cluster(k):
                             us[f"fused@{k}"] = timer(call)
-                            same[f"fused@{k}"] = bool(torch.equal(call()[1], pair_dw))
+                            same[f"fused@{k}"] = bool(torch.equal(call()[1], dw))
             for n in counts:
-                if n > t:
-                    continue
-                with chunks_of(ceil(t / n)):
-                    us[f"N={n}"] = timer(call)
-                    dw = call()[1]
-                    same[f"N={n}"] = bool(torch.equal(call()[1], dw))
-                    if a.engine:
-                        with crd.force_engine(a.engine):
-                            us[f"N={n}@{a.engine}"] = timer(call)
-                            same[f"N={n}@{a.engine}"] = bool(torch.equal(call()[1], dw))
+                if n <= t:
+                    chunked(f"N={n}", ceil(t / n))
             rows_out.append({"T": t, "H": h, "weight": a.weight, "residual": a.residual, "shipped_partition": [cr, ch],
                              "us": us, "dw_repeatable": same})
             cells = " ".join(f"{us[k]:8.2f}" if k in us else f"{'-':>8s}"

@@ -29,6 +29,7 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from math import ceil
 from pathlib import Path
 
 import torch
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
                     if pass_ == "bwd" and a.engine:
                         stack.enter_context(api.force_engine(a.engine))
                     if pass_ == "bwd" and a.chunks:
-                        stack.enter_context(chunks_of(-(-rows // a.chunks)))
+                        stack.enter_context(chunks_of(ceil(rows / a.chunks)))
                     return stack
                 label = s["label"] + ("" if order == "route" else f" {order}")
                 with forced():

@@ -85,7 +85,9 @@ def ring_row_depth(hidden: int, residual: bool = False) -> int:
     (backward_ring.cuh, bwd_row_depth)."""
     if hidden >= 6144 or (hidden >= 5120 and residual):
         return 2
-    return 3 if hidden >= 5120 else 2 if bwd_row_groups(hidden) * 4 > 32 else 4
+    if hidden >= 5120:
+        return 3
+    return 2 if bwd_row_groups(hidden) * 4 > 32 else 4
 
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
