@@ -25,13 +25,17 @@
 #   ring --chunks 132; the routed programs hold depth 4 there).
 # depths: the ring's row depths on its own windows: H 1536 at 4 / 6 / 8 (BF16 and FP32 weight; 8
 #   holds no residual stage pair, so a residual call there would run direct), H 5120 at 2 / 3.
+# suite: the smoke test and the GPU suite alone (the check step without its timings).
+# h5120: H 5120 with its plain rows' ring at three rows an item (round 34): the residual rows' ring at
+#   two / three (bench/variants.py --residual; three lost 3-4% on an H100) and the engine edge (3072,
+#   timed in round 27 with the ring at two) by bench/engines.py at 2048-4096 rows, BF16 and FP32 weight.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [suite] [h5120] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -53,6 +57,19 @@ if [[ $STEPS == *" check "* ]]; then
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh smoke gputests partition engines ||
     { echo "pending: the check step failed (smoke test?): nothing else runs"; exit 1; }
+fi
+if [[ $STEPS == *" suite "* ]]; then
+  DEADLINE=$(left) LOG=$LOGS/suite OUT=/tmp/step_out bash bench/device_run.sh smoke gputests ||
+    { echo "pending: the suite step failed (smoke test?): nothing else runs"; exit 1; }
+fi
+if [[ $STEPS == *" h5120 "* ]]; then
+  DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/h5120res OUT=/tmp/step_out \
+  VARIANT_ARGS="--passes bwd --widths 5120 --tokens 4096,16384,65536 --bwd-args 2;3 --residual" \
+  bash bench/device_run.sh variants
+  for w in bf16 fp32; do
+    DEADLINE=$(left) ENGINE_ARGS="--passes bwd --weight $w --widths 5120 --tokens 2048,2560,3072,4096" \
+    LOG=$LOGS/h5120edge-$w OUT=/tmp/step_out bash bench/device_run.sh engines
+  done
 fi
 if [[ $STEPS == *" ctas "* ]]; then
   DEADLINE=$(left) FWDLAUNCH_VARIANTS="plain fp32w residual" \
