@@ -51,6 +51,18 @@ for f in bench/experiments/*.patch; do  # each experiment's tree is .variants/<i
   fi
   TREES="$TREES .variants/$t/"
 done
+ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual variant a process
+  local i=0 v
+  for v in "" "--weight fp32" "--residual"; do
+    i=$((i + 1))
+    DEADLINE=$(left) PARTITION_ARGS="--widths $2 --tokens $3 --chunk-rows= --chunks $4 --engine ring --no-single $v" \
+    LOG=$LOGS/$1$i OUT=/tmp/step_out bash bench/device_run.sh partition
+  done
+}
+tuning_step() {  # tuning_step NAME ARGS: backward tuning arguments beside the routed programs (bench/variants.py)
+  DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/$1 OUT=/tmp/step_out VARIANT_ARGS="--passes bwd $2" \
+  bash bench/device_run.sh variants
+}
 if [[ $STEPS == *" check "* ]]; then
   DEADLINE=$(left) \
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
@@ -63,9 +75,7 @@ if [[ $STEPS == *" suite "* ]]; then
     { echo "pending: the suite step failed (smoke test?): nothing else runs"; exit 1; }
 fi
 if [[ $STEPS == *" h5120 "* ]]; then
-  DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/h5120res OUT=/tmp/step_out \
-  VARIANT_ARGS="--passes bwd --widths 5120 --tokens 4096,16384,65536 --bwd-args 2;3 --residual" \
-  bash bench/device_run.sh variants
+  tuning_step h5120res "--widths 5120 --tokens 4096,16384,65536 --bwd-args 2;3 --residual"
   for w in bf16 fp32; do
     DEADLINE=$(left) ENGINE_ARGS="--passes bwd --weight $w --widths 5120 --tokens 2048,2560,3072,4096" \
     LOG=$LOGS/h5120edge-$w OUT=/tmp/step_out bash bench/device_run.sh engines
@@ -84,19 +94,9 @@ if [[ $STEPS == *" variants "* ]]; then
     DEADLINE=$(left) VARIANT_TREES="$TREES" LOG=$LOGS/variants OUT=/tmp/step_out bash bench/device_run.sh variants
   fi
 fi
-ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual variant a process
-  local i=0 v
-  for v in "" "--weight fp32" "--residual"; do
-    i=$((i + 1))
-    DEADLINE=$(left) PARTITION_ARGS="--widths $2 --tokens $3 --chunk-rows= --chunks $4 --engine ring --no-single $v" \
-    LOG=$LOGS/$1$i OUT=/tmp/step_out bash bench/device_run.sh partition
-  done
-}
 if [[ $STEPS == *" ringwide "* ]]; then ring_step ringwide 2048,4096 8192,16384,32768,65536 132,264; fi
 if [[ $STEPS == *" ringdepth "* ]]; then
-  DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/ringdepth OUT=/tmp/step_out \
-  VARIANT_ARGS="--passes bwd --widths 2048,4096 --tokens 16384,65536 --bwd-args 1;2;4 --engine ring --chunks 132" \
-  bash bench/device_run.sh variants
+  tuning_step ringdepth "--widths 2048,4096 --tokens 16384,65536 --bwd-args 1;2;4 --engine ring --chunks 132"
 fi
 if [[ $STEPS == *" depths "* ]]; then
   i=0
@@ -104,8 +104,7 @@ if [[ $STEPS == *" depths "* ]]; then
               "--widths 1536 --tokens 16385,32768,65536 --bwd-args 4;6;8 --weight fp32" \
               "--widths 5120 --tokens 4096,8192,32768,65536 --bwd-args 2;3"; do
     i=$((i + 1))
-    DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/depths$i OUT=/tmp/step_out VARIANT_ARGS="--passes bwd $args" \
-    bash bench/device_run.sh variants
+    tuning_step depths$i "$args"
   done
 fi
 if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384 132; fi
