@@ -29,13 +29,18 @@
 # h5120: H 5120 with its plain rows' ring at three rows an item (round 34): the residual rows' ring at
 #   two / three (bench/variants.py --residual; three lost 3-4% on an H100) and the engine edge (3072,
 #   timed in round 27 with the ring at two) by bench/engines.py at 2048-4096 rows, BF16 and FP32 weight.
+# pack256: the forward's packed H 256 rows at 2 / 4 / 8 / 16 rows a CTA beside the rule's 32 from 4096
+#   rows (round 35's Nsight Compute run had them 10% over PyTorch's neg of the same bytes on an H100;
+#   round 22 timed 8-32 only), and the narrow canonical rows at 4 / 8 (bench/fwd_launch.py).
+# tables: every contender, BF16 weight, no residual, the backward then the forward (bench.py
+#   --plain-only; ~70 s each on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [suite] [h5120] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths]"; exit 2; }
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [suite] [h5120] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths] [pack256] [tables]"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
@@ -108,3 +113,12 @@ if [[ $STEPS == *" depths "* ]]; then
   done
 fi
 if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384 132; fi
+if [[ $STEPS == *" pack256 "* ]]; then
+  DEADLINE=$(left) FWDLAUNCH_ARGS="--widths 256,512 --tokens 4096,16384,32768,65536,131072,262144 --packed --pack-cta-rows 2,4,8,16 --cta-rows 4,8" \
+  LOG=$LOGS/pack256 OUT=/tmp/step_out bash bench/device_run.sh fwdlaunch
+fi
+if [[ $STEPS == *" tables "* ]]; then
+  for p in bwd fwd; do
+    DEADLINE=$(left) BENCH_ARGS="--plain-only --passes $p" LOG=$LOGS/tables-$p OUT=/tmp/step_out bash bench/device_run.sh bench
+  done
+fi
