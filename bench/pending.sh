@@ -25,15 +25,15 @@
 #   ring --chunks 132; the routed programs hold depth 4 there).
 # depths: the ring's row depths on its own windows: H 1536 at 4 / 6 / 8 (BF16 and FP32 weight; 8
 #   holds no residual stage pair, so a residual call there would run direct), H 5120 at 2 / 3.
-# suite: the smoke test and the GPU suite alone (the check step without its timings).
+# suite: the smoke test and the GPU suite alone (the check step's first half, without its timings).
 # h5120: H 5120 with its plain rows' ring at three rows an item (round 34): the residual rows' ring at
 #   two / three (bench/variants.py --residual; three lost 3-4% on an H100) and the engine edge (3072,
 #   timed in round 27 with the ring at two) by bench/engines.py at 2048-4096 rows, BF16 and FP32 weight.
 # pack256: the forward's packed H 256 rows at 2 / 4 / 8 / 16 rows a CTA beside the rule's 32 from 4096
 #   rows (round 35's Nsight Compute run had them 10% over PyTorch's neg of the same bytes on an H100;
 #   round 22 timed 8-32 only), and the narrow canonical rows at 4 / 8 (bench/fwd_launch.py).
-# tables: every contender, BF16 weight, no residual, the backward then the forward (bench.py
-#   --plain-only; ~70 s each on an H100).
+# tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
+#   bench plain`; ~70 s a pass on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
@@ -68,16 +68,15 @@ tuning_step() {  # tuning_step NAME ARGS: backward tuning arguments beside the r
   DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/$1 OUT=/tmp/step_out VARIANT_ARGS="--passes bwd $2" \
   bash bench/device_run.sh variants
 }
+if [[ $STEPS == *" check "* || $STEPS == *" suite "* ]]; then  # check: the suite, then its timings
+  DEADLINE=$(left) LOG=$LOGS/suite OUT=/tmp/step_out bash bench/device_run.sh smoke gputests ||
+    { echo "pending: the GPU suite failed (smoke test?): nothing else runs"; exit 1; }
+fi
 if [[ $STEPS == *" check "* ]]; then
   DEADLINE=$(left) \
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
-  LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh smoke gputests partition engines ||
-    { echo "pending: the check step failed (smoke test?): nothing else runs"; exit 1; }
-fi
-if [[ $STEPS == *" suite "* ]]; then
-  DEADLINE=$(left) LOG=$LOGS/suite OUT=/tmp/step_out bash bench/device_run.sh smoke gputests ||
-    { echo "pending: the suite step failed (smoke test?): nothing else runs"; exit 1; }
+  LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh partition engines
 fi
 if [[ $STEPS == *" h5120 "* ]]; then
   tuning_step h5120res "--widths 5120 --tokens 4096,16384,65536 --bwd-args 2;3 --residual"
@@ -118,7 +117,5 @@ if [[ $STEPS == *" pack256 "* ]]; then
   LOG=$LOGS/pack256 OUT=/tmp/step_out bash bench/device_run.sh fwdlaunch
 fi
 if [[ $STEPS == *" tables "* ]]; then
-  for p in bwd fwd; do
-    DEADLINE=$(left) BENCH_ARGS="--plain-only --passes $p" LOG=$LOGS/tables-$p OUT=/tmp/step_out bash bench/device_run.sh bench
-  done
+  DEADLINE=$(left) LOG=$LOGS/tables OUT=/tmp/step_out bash bench/device_run.sh bench plain
 fi
