@@ -40,7 +40,8 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh [check] [suite] [h5120] [ctas] [phases] [variants] [ringedge] [ringwide] [ringdepth] [depths] [pack256] [tables]"; exit 2; }
+STEP_NAMES="check suite h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 tables"  # the order they run in
+[[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
 left() { echo $(( BUDGET - (SECONDS - T0) )); }
