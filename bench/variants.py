@@ -16,7 +16,9 @@ contiguous,strided`` times each backward shape under each forced dw chunk order
 (crd.force_chunk_order; where the partition allows it).
 ``--engine ring --chunks 132`` times every backward (routed and variants) with that engine forced on
 a partition of that many chunks (bench/partition.py's chunks_of): the ring's row depths at a width
-whose route runs the direct engine.
+whose route runs the direct engine. ``--old-chunks N`` puts the ``--old`` trees' backward alone on N
+chunks, the routed program on its own partition: a tree whose CTAs want another chunk count
+(e.g. one chunk a resident CTA of another size) against the shipped rule, in one process.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--residual", action="store_true", help="the backward's residual rows (a grad_residual added to dx)")
     ap.add_argument("--engine", choices=["direct", "ring"], help="every backward with this engine forced")
     ap.add_argument("--chunks", type=int, default=0, help="every backward on this many dw chunks (0: the route's)")
+    ap.add_argument("--old-chunks", type=int, default=0,
+                    help="the --old trees' backward on this many dw chunks (0: as --chunks)")
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="cake-variants-"))
     a = ap.parse_args(argv)
     tokens = bench.int_list(a.tokens)
@@ -178,14 +182,14 @@ def main(argv=None) -> int:
                 chunk_rows = cake_jit.dw_partition(x.numel() // h, h)[0]
                 if order == "strided" and (pass_ != "bwd" or not layout.strided_fits(h, chunk_rows)):
                     continue
-                def forced(order=order, pass_=pass_, rows=x.numel() // h):
+                def forced(order=order, pass_=pass_, rows=x.numel() // h, chunks=a.chunks):
                     stack = contextlib.ExitStack()
                     if pass_ == "bwd" and order != "route":
                         stack.enter_context(api.force_chunk_order(order))
                     if pass_ == "bwd" and a.engine:
                         stack.enter_context(api.force_engine(a.engine))
-                    if pass_ == "bwd" and a.chunks:
-                        stack.enter_context(chunks_of(ceil(rows / a.chunks)))
+                    if pass_ == "bwd" and chunks:
+                        stack.enter_context(chunks_of(ceil(rows / chunks)))
                     return stack
                 label = s["label"] + ("" if order == "route" else f" {order}")
                 with forced():
@@ -197,7 +201,8 @@ def main(argv=None) -> int:
                 for v, mod in zip(vs, mods):
                     if v.pass_ != pass_ or v.hidden != h:
                         continue
-                    with Substitute(f"{pass_}_h{h}", mod), forced():
+                    old = "@" in v.label
+                    with Substitute(f"{pass_}_h{h}", mod), forced(chunks=a.old_chunks if old and a.old_chunks else a.chunks):
                         got = outputs(pass_, x, w, g, rstd, gr)
                         same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
                                                q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
