@@ -32,6 +32,10 @@
 # pack256: the forward's packed H 256 rows at 2 / 4 / 8 / 16 rows a CTA beside the rule's 32 from 4096
 #   rows (round 35's Nsight Compute run had them 10% over PyTorch's neg of the same bytes on an H100;
 #   round 22 timed 8-32 only), and the narrow canonical rows at 4 / 8 (bench/fwd_launch.py).
+# flush: bench/split.py with the benchmark's in-place flush, then with a read-only one (L2 clean
+#   at each call's start), the package and PyTorch's floors, at 1024 / 65536 rows of H 256 and 65536
+#   of H 512 / 4096 (round 37: Nsight Compute, whose launches start clean, had the narrow backward
+#   7% over the add on an H100, where the benchmark's flush had it 20% on the H200).
 # tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
 #   bench plain`; ~70 s a pass on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
@@ -40,7 +44,7 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 tables"  # the order they run in
+STEP_NAMES="check suite h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -116,6 +120,12 @@ if [[ $STEPS == *" ringedge "* ]]; then ring_step ringedge 1536 8192,12288,16384
 if [[ $STEPS == *" pack256 "* ]]; then
   DEADLINE=$(left) FWDLAUNCH_ARGS="--widths 256,512 --tokens 4096,16384,32768,65536,131072,262144 --packed --pack-cta-rows 2,4,8,16 --cta-rows 4,8" \
   LOG=$LOGS/pack256 OUT=/tmp/step_out bash bench/device_run.sh fwdlaunch
+fi
+if [[ $STEPS == *" flush "* ]]; then
+  for f in rewrite read; do
+    DEADLINE=$(left) SPLIT_ARGS="--no-baselines --flush $f --shapes bwd:1024x256,bwd:65536x256,bwd:65536x512,bwd:65536x4096,fwd:65536x256,fwd:65536x4096" \
+    LOG=$LOGS/flush-$f OUT=/tmp/step_out bash bench/device_run.sh split
+  done
 fi
 if [[ $STEPS == *" tables "* ]]; then
   DEADLINE=$(left) LOG=$LOGS/tables OUT=/tmp/step_out bash bench/device_run.sh bench plain

@@ -11,7 +11,12 @@ reads and one write) and `neg` (-x into y: the forward's one read and one write;
 memcpy, which the timer leaves out). --chunk-orders adds the package's backward with its dw chunks
 forced contiguous and strided (crd.force_chunk_order; 'cake' is the route's order). --weight fp32
 and --residual time those rows of the package instead (its peers then run as in the benchmark);
---engine direct|ring forces the package's engine (crd.force_engine).
+--engine direct|ring forces the package's engine (crd.force_engine). --flush read empties L2 by
+reading the flush buffer instead of rewriting it (bench.Timer), so each call starts with L2 clean
+rather than full of the flush's dirty lines: run both ways, it shows what the benchmark's flush
+costs each kernel (Nsight Compute, whose launches start clean, had the narrow backward 7% over
+the add on an H100, where this script's rewrite flush had it 20% on the H200: docs/performance.md,
+round 37).
 """
 
 from __future__ import annotations
@@ -80,12 +85,14 @@ def main() -> None:
     ap.add_argument("--residual", action="store_true", help="the residual rows (forward h_new, backward g_residual)")
     ap.add_argument("--engine", default="route", choices=["route", "direct", "ring"],
                     help="the package's backward engine: the route's, or forced (crd.force_engine)")
+    ap.add_argument("--flush", default="rewrite", choices=["rewrite", "read"],
+                    help="how L2 is emptied before each call: the benchmark's in-place rewrite, or a read")
     ap.add_argument("--out", default=None, help="a JSON file for the results")
     a = ap.parse_args()
     bench.lift_recompile_limits()
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    timer = bench.Timer(dev)
+    timer = bench.Timer(dev, flush=a.flush)
     results = []
     for spec in a.shapes.split(","):
         pass_, dims = spec.split(":")
@@ -109,7 +116,7 @@ def main() -> None:
                 fn = forced(fn, a.engine)
             r = split_times(timer, fn)
             results.append({"pass": pass_, "T": rows, "H": hidden, "weight": a.weight, "residual": a.residual,
-                            "contender": name, **r})
+                            "flush": a.flush, "contender": name, **r})
             parts = " + ".join(f"{k['name']} {k['us']}" for k in r["kernels"])
             print(f"  {name:12s} {r['total_us']:9.3f} us = {parts}", flush=True)
     if a.out:

@@ -59,10 +59,26 @@ def make_input(shape: dict, device: torch.device) -> torch.Tensor:
 class Timer:
     """Kernel-active time per call from the profiler, with a cold L2 before every call."""
 
-    def __init__(self, device, flush_bytes: int = 512 * 2**20):
+    def __init__(self, device, flush_bytes: int = 512 * 2**20, flush: str = "rewrite"):
         """flush_bytes: the buffer bitwise_not_ rewrites before every call (512 MB evicts L2; a tiny
-        one keeps it warm and only marks where calls start)."""
+        one keeps it warm and only marks where calls start). flush: "rewrite" (the method of
+        ../shared/MEASURE.md: the rewrite leaves L2 full of the buffer's dirty lines, which a call then
+        evicts) or "read" (the buffer only read, by a sum, so that a call starts with L2 cold and
+        clean; one-byte bitwise_not_ markers before and after it split the trace, and the sum's
+        kernels between them belong to no call)."""
+        if flush not in ("rewrite", "read"):
+            raise ValueError(f"flush must be 'rewrite' or 'read', got {flush!r}")
+        self.flush = flush
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.int8, device=device)
+        self.marker = torch.zeros(1, dtype=torch.int8, device=device)
+
+    def _flush(self) -> None:
+        if self.flush == "rewrite":
+            self.flush_buf.bitwise_not_()
+        else:
+            self.marker.bitwise_not_()
+            self.flush_buf.view(torch.int32).sum(dtype=torch.int64)
+            self.marker.bitwise_not_()
 
     def kernel_times(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> list[list[float]]:
         """The durations (us) of the kernels and memsets each of n calls launched, in launch order."""
@@ -78,7 +94,7 @@ class Timer:
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(n):
-                self.flush_buf.bitwise_not_()
+                self._flush()
                 fn()
             torch.cuda.synchronize()
         evs = []
@@ -86,23 +102,33 @@ class Timer:
             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy"):
                 evs.append((e.time_range.start, e.time_range.elapsed_us(), e.name))
         evs.sort()
-        calls: list[list[tuple[str, float]]] = []
-        cur: Optional[list[tuple[str, float]]] = None
-        for _, dur, name in evs:
-            if FLUSH_NAME in name:
-                if cur is not None:
-                    calls.append(cur)
-                cur = []
-            elif cur is not None:
-                cur.append((name, dur))
-        if cur is not None:
-            calls.append(cur)
+        calls = split_calls([(name, dur) for _, dur, name in evs])
+        if self.flush == "read":
+            calls = calls[1::2]  # every other span lies between a read flush's two markers
         if len(calls) != n:
             raise RuntimeError(f"profiler split gave {len(calls)} calls, expected {n}")
         return calls
 
     def __call__(self, fn: Callable[[], object], n: int = 30, warmup: int = 3) -> float:
         return statistics.median(sum(c) for c in self.kernel_times(fn, n, warmup))
+
+
+def split_calls(events: list[tuple[str, float]]) -> list[list[tuple[str, float]]]:
+    """A trace's (name, us) events in launch order, cut at each flush kernel or marker (FLUSH_NAME):
+    the span after each one (what precedes the first belongs to no span). With the read flush the
+    spans alternate: the flush's own kernels, then a call's."""
+    spans: list[list[tuple[str, float]]] = []
+    cur: Optional[list[tuple[str, float]]] = None
+    for name, dur in events:
+        if FLUSH_NAME in name:
+            if cur is not None:
+                spans.append(cur)
+            cur = []
+        elif cur is not None:
+            cur.append((name, dur))
+    if cur is not None:
+        spans.append(cur)
+    return spans
 
 
 def _stream_tbps(op: Callable[[], object], nbytes: int) -> float:

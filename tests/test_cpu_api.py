@@ -188,3 +188,21 @@ def test_every_public_function_has_a_docstring_and_type_hints():
                 if not ast.get_docstring(n) or not hinted:
                     missing.append(f"{f.name}:{n.lineno} {n.name}")
     assert missing == []
+
+
+def test_benchmark_trace_split_keeps_only_calls():
+    """bench.split_calls cuts a trace at the flush kernels: with the rewrite flush each span is a
+    call; with the read flush (two markers around a sum) every other span is the flush's own sum,
+    which Timer drops, so no flush kernel is ever timed as part of a call."""
+    from cake_rmsnorm_det import bench
+
+    m = "vectorized_elementwise_kernel<bitwise_not_kernel_cuda>"
+    rewrite = [("setup", 1.0), (m, 90.0), ("k1", 2.0), ("k2", 3.0), (m, 91.0), ("k1", 4.0)]
+    assert bench.split_calls(rewrite) == [[("k1", 2.0), ("k2", 3.0)], [("k1", 4.0)]]
+    read = [(m, 0.5), ("reduce_kernel", 80.0), (m, 0.5), ("k1", 2.0), ("reduce_kernel", 1.0),
+            (m, 0.5), ("reduce_kernel", 81.0), ("reduce_kernel", 0.2), (m, 0.5), ("k1", 5.0)]
+    spans = bench.split_calls(read)
+    assert spans[1::2] == [[("k1", 2.0), ("reduce_kernel", 1.0)], [("k1", 5.0)]]
+    assert all(all(n == "reduce_kernel" for n, _ in s) for s in spans[0::2])
+    with pytest.raises(ValueError, match="flush must be"):
+        bench.Timer("cpu", flush_bytes=8, flush="evict")
