@@ -8,8 +8,9 @@
 The partition (cake_jit.dw_partition) fixes dw's bits, so a shipped rule cannot be tried by a
 knob: this script swaps the rule for "chunks of C rows" in its own process and times backward with
 the benchmark's method (CUPTI kernel-active time, cold L2, median of 30), in the pair form, beside
-the shipped rule in its route's form (and the single form on the shipped partition). Each rule's dw is run twice and compared bit for bit (a partition
-is a rule, not a race). --fused adds the fused form on one-row chunks (column "fused"; its dw
+the shipped rule in its route's form (and the single form on the shipped partition, whose dw must
+equal the shipped form's). Each rule's dw is run twice and compared bit for bit (a partition is a
+rule, not a race). --fused adds the fused form on one-row chunks (column "fused"; its dw
 must equal the pair form's on the same chunks): the form's reach past the shipped one-row window;
 --tile-clusters adds it with each dw tile over clusters of k CTAs (columns "fused@k"; "fused" is the
 launcher's rule). --pair-class adds the pair form on the width's DW_CHUNKS class partition (column
@@ -107,8 +108,10 @@ def main(argv=None) -> int:
                 with chunks_of(class_chunk_rows(t, h)):
                     us["pair@cls"] = timer(call)
             if ch > 1 and not a.no_single:  # the single form on the shipped partition (its bits are the pair form's)
+                shipped_dw = call()[1]
                 with crd.force_form("single"):
                     us["single"] = timer(call)
+                    same["single"] = bool(torch.equal(call()[1], shipped_dw))
             def chunked(col: str, rows_per_chunk: int):
                 """Time the pair form on chunks of `rows_per_chunk` rows (column `col`, and `col`@engine with
                 --engine, whose dw must equal it: the engines give the same bits on one partition); its dw."""
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
                              for k in [f"C={c}" for c in sizes] + fused_cols)
             single = f"{us['single']:8.2f}" if "single" in us else f"{'-':>8s}"
             print(f"[{t},{h}]{'':{max(0, 12 - len(str(t)) - len(str(h)))}s} {us['shipped']:7.2f} ({cr}x{ch}) "
-                  f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable (or fused != pair)'}", flush=True)
+                  f"{single} {cells}{'' if all(same.values()) else '  dw NOT repeatable (or fused / single != pair)'}", flush=True)
             del x, g, gr
     Path(a.out).mkdir(parents=True, exist_ok=True)
     name = f"partition{'' if a.weight == 'bf16' else '-fp32'}{'-residual' if a.residual else ''}.json"

@@ -158,8 +158,9 @@ def test_pair_and_single_agree(hidden, device):
     2048) or 32 columns (4096-6144 on 132 SMs) against the single form's one CTA over every column; at
     H 5120 / 6144 the pair form's reduce runs half as many warps per tile (each taking two level-1
     blocks) wherever the partition has more than 16 blocks; 1024 rows hold 128 or 256 chunks of several
-    rows, in level-1 blocks of 8."""
-    for rows in (1, 3, 20, 600, 1024, 5000):
+    rows, in level-1 blocks of 8; 33 rows (33 one-row chunks, blocks of 2) and 2049 rows (121 chunks
+    at most widths, blocks of 8) end on a level-1 block of one chunk."""
+    for rows in (1, 3, 20, 33, 600, 1024, 2049, 5000):
         x, _, w, g, _ = make(rows, hidden, torch.float32, False, device, seed=rows)
         _, rstd = crd.forward(x, w, EPS)
         outs = {}
