@@ -58,6 +58,7 @@ class Variant:
     kernel: str          # program file text
     binding: str         # binding file text
     include: str         # include folder
+    tree: bool = False   # another source tree's program (--old), not a tuning of the routed sources
 
 
 def tuned(pass_: str, hidden: int, args: str) -> Variant:
@@ -73,7 +74,7 @@ def old_tree(pass_: str, hidden: int, tree: Path) -> Variant:
     rec = json.loads((tree / "build.json").read_text())["programs"]
     p = next(r for r in rec if r["key"] == f"{pass_}_h{hidden}")
     return Variant(f"{pass_}_h{hidden}@{tree.name}", pass_, hidden, (tree / Path(p["kernel"]).name).read_text(),
-                   (tree / Path(p["binding"]).name).read_text(), str(tree / "include"))
+                   (tree / Path(p["binding"]).name).read_text(), str(tree / "include"), tree=True)
 
 
 def build(v: Variant, out: str) -> str:
@@ -201,8 +202,7 @@ def main(argv=None) -> int:
                 for v, mod in zip(vs, mods):
                     if v.pass_ != pass_ or v.hidden != h:
                         continue
-                    old = "@" in v.label
-                    with Substitute(f"{pass_}_h{h}", mod), forced(chunks=a.old_chunks if old and a.old_chunks else a.chunks):
+                    with Substitute(f"{pass_}_h{h}", mod), forced(chunks=a.old_chunks if v.tree and a.old_chunks else a.chunks):
                         got = outputs(pass_, x, w, g, rstd, gr)
                         same = all(torch.equal(p.view(torch.int16 if p.dtype == torch.bfloat16 else torch.int32),
                                                q.view(torch.int16 if q.dtype == torch.bfloat16 else torch.int32))
