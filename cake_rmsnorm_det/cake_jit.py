@@ -38,13 +38,15 @@ def _is_narrow(hidden: int) -> bool:
 def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     """The (last rows, chunks) windows of width `hidden`'s DW_CHUNKS class, without its one-row reach
     (what a row count past the fused window runs: bench/partition.py --pair-class). The class goes
-    by the backward CTA's row groups (rows of one warp, narrow), else by the width (mid, wide); past
-    the width's ring edge, DW_RING_CHUNKS."""
+    by the backward CTA's row groups (rows of one warp, narrow), else by the width (mid, wide); a CTA
+    of two 512-thread rows ends on DW_PAIRED_ROWS_CHUNKS; past the width's ring edge, DW_RING_CHUNKS."""
     if layout.bwd_row_groups(hidden) >= cw.DW_WARP_ROWS_PER_CTA:
         cls = "warp"
     else:
         cls = "narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"
     windows = cw.DW_CHUNKS[cls]
+    if layout.bwd_row_groups(hidden) > layout.rows_per_cta(layout.row_layout(hidden)[0]):  # CTAs of two rows
+        windows = windows[:-1] + ((None, cw.DW_PAIRED_ROWS_CHUNKS),)
     edge = ring_edge(hidden)
     if edge is None:
         return windows

@@ -166,6 +166,18 @@ DW_CHUNK_TARGET = 264
 # [65536,256-4096] and [16384,256-4096]), so its windows keep their counts. A constant, not the
 # device's SM count: the partition fixes dw's bits on every device.
 DW_RING_CHUNKS = 132
+# The backward CTA of two 512-thread rows (H 4096, layout.cuh bwd_rows_per_cta: one CTA an SM) takes
+# one chunk a resident CTA too where its class had DW_CHUNK_TARGET (from 2049 rows): half the FP64
+# partials to write and reduce. Measured on an H100 (2026-12-07, bench/variants.py --old-only: the
+# shipped programs beside the previous tree, one-row CTAs on 264 chunks, --old-chunks 264; BF16 /
+# FP32 weight / residual, shipped / previous; docs/bench/2026-12-07-h100-r39-h4096-vs-head-*.json):
+# [2049,4096] 0.892 / 0.889 / 0.931, [3072,4096] 0.927 / 0.924 / 0.939, [4096,4096] 0.944 / 0.944 /
+# 0.974, [8192,4096] 0.983 / 0.985 / 0.996, 16384 and 65536 rows 0.998-1.004. Below, on the class's
+# 128 chunks, the two-row CTAs tie at 1536-2048 rows (0.967-1.029) and cost 1.5% at [1024,4096]
+# (3.9% with the residual). H 2048's four-row CTAs won 3% on 132 chunks at 2304-4096 rows but lost
+# 2-16% on its 128 at 256-2048 (-r39-cta1024mid-*.json), H 1536's five-row CTAs lost 5-11% at
+# 640-2048 rows and 20-34% in the ring window (-r39-bwdcta1536-*.json): they keep their CTAs.
+DW_PAIRED_ROWS_CHUNKS = DW_RING_CHUNKS
 DW_NARROW_ROWS_PER_CTA = 4
 DW_WARP_ROWS_PER_CTA = 16
 DW_WIDE_HIDDEN = 5120

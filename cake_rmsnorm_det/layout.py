@@ -68,10 +68,16 @@ def rows_per_cta(row_threads: int) -> int:
     return 1 if row_threads >= CTA_THREADS else CTA_THREADS // row_threads
 
 
+def bwd_rows_per_cta(row_threads: int) -> int:
+    """Rows side by side in a CTA of the backward's chunked forms (layout.cuh bwd_rows_per_cta):
+    rows_per_cta, but two rows of CTA_THREADS threads (H 4096) to a CTA of twice that."""
+    return 2 if row_threads == CTA_THREADS else rows_per_cta(row_threads)
+
+
 def bwd_row_groups(hidden: int) -> int:
-    """Row groups of a full backward CTA of width `hidden` (rows_per_cta of row_layout's threads):
-    the block of a strided dw chunk (args.cuh ChunkOrder)."""
-    return rows_per_cta(row_layout(hidden)[0])
+    """Row groups of a full backward CTA of width `hidden` (bwd_rows_per_cta of row_layout's
+    threads): the block of a strided dw chunk (args.cuh ChunkOrder), part of dw's bits."""
+    return bwd_rows_per_cta(row_layout(hidden)[0])
 
 
 def strided_fits(hidden: int, chunk_rows: int) -> bool:
@@ -87,7 +93,7 @@ def ring_row_depth(hidden: int, residual: bool = False) -> int:
         return 2
     if hidden >= 5120:
         return 3
-    return 2 if bwd_row_groups(hidden) * 4 > 32 else 4
+    return 2 if hidden >= 4096 or bwd_row_groups(hidden) * 4 > 32 else 4
 
 
 ONE_ROW_MAX_HIDDEN = 1536  # backward_fused.cuh, kOneRowMaxHidden: one row of up to this width runs one CTA
@@ -156,7 +162,7 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
     `loads`: how the forward's narrow rows and the backward's direct engine read their rows
     (cake_jit.row_loads); `order`: which rows the backward's dw chunks hold (cake_jit.chunk_order)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
-    rpc = rows_per_cta(threads)
+    rpc = rows_per_cta(threads) if pass_ == "fwd" or form == "fused" else bwd_rows_per_cta(threads)
     if pass_ == "fwd":
         span = threads // pack
         cta_rows = cta_rows or rows_per_cta(span)

@@ -202,7 +202,7 @@ def test_strided_chunks(hidden, device):
     with crd.force_chunk_order("strided"):  # H 256 / 512 at 1024 rows: chunks of 4 rows, fewer than a CTA's groups
         x, _, w, g, _ = make(1024, hidden, torch.bfloat16, False, device)
         _, rstd = crd.forward(x, w, EPS)
-        if cake_jit.dw_partition(1024, hidden)[0] < layout.rows_per_cta(layout.row_layout(hidden)[0]):
+        if cake_jit.dw_partition(1024, hidden)[0] < layout.bwd_row_groups(hidden):
             with pytest.raises(ValueError, match="strided dw chunks need"):
                 crd.backward(g, x, w, rstd)
     with pytest.raises(ValueError, match="chunk order"):

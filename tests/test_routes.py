@@ -146,10 +146,15 @@ def test_dw_partition_follows_the_measured_chunk_counts(hidden):
 def test_ring_windows_take_one_chunk_a_ring_cta(hidden):
     """Past a width's backward ring edge the partition is DW_RING_CHUNKS chunks, on every key of the
     width (both weights, with and without the residual: the partition cannot tell them apart, so
-    each must run the ring there); below it, and at widths without a ring, the class's counts."""
+    each must run the ring there); below it, and at widths without a ring, the class's counts (which
+    end on DW_PAIRED_ROWS_CHUNKS where the backward CTA holds two 512-thread rows)."""
     edge = cake_jit.ring_edge(hidden)
     if edge is None:
-        assert cake_jit.dw_max_chunks(65536, hidden) != cake_windows.DW_RING_CHUNKS
+        paired = layout.bwd_row_groups(hidden) > layout.rows_per_cta(layout.row_layout(hidden)[0])
+        assert paired == (hidden == 4096)
+        want = cake_windows.DW_PAIRED_ROWS_CHUNKS if paired else cake_windows.DW_CHUNK_TARGET
+        assert cake_jit.dw_max_chunks(65536, hidden) == want
+        assert cake_jit.dw_max_chunks(2048, hidden) < cake_windows.DW_RING_CHUNKS
         return
     assert cake_jit.dw_max_chunks(edge + 1, hidden) == cake_windows.DW_RING_CHUNKS
     assert cake_jit.dw_max_chunks(edge, hidden) != cake_windows.DW_RING_CHUNKS
@@ -218,7 +223,8 @@ def test_explain_route_returns_a_typed_record():
     info = crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype="bf16", arch="sm_90a")
     assert isinstance(info, routes.RouteInfo)
     assert info.form == "pair" and info.program == program_by_key("bwd_h4096").name
-    assert "dw_reduce_kernel" in info.launch and "264 strided chunk" in info.launch
+    assert "dw_reduce_kernel" in info.launch and "132 strided chunk" in info.launch
+    assert "1024 threads/CTA = 2 row(s) x 512 threads" in info.launch
     assert isinstance(info.built, bool)
     q = crd.explain_route("bwd", hidden=256, tokens=16384, heads=24, weight_dtype="fp32", arch="sm_90a")
     assert q.rows == 16384 * 24
@@ -280,7 +286,8 @@ int main() {
   for (int h : hs) {
     auto b = cake::row_layout(h);
     auto f = cake::fwd_row_layout(h);
-    std::printf("%d %d %d %d %d %d\n", h, b.threads, b.vpt, f.threads, f.vpt, cake::rows_per_cta(b.threads));
+    std::printf("%d %d %d %d %d %d %d %d\n", h, b.threads, b.vpt, f.threads, f.vpt, cake::rows_per_cta(b.threads),
+                cake::bwd_rows_per_cta(b.threads), cake::bwd_cta_threads(h));
   }
 }
 """
@@ -322,10 +329,12 @@ def test_python_layout_mirrors_the_header(tmp_path):
     for r, h, c in clusters:
         assert layout.fused_tile_cluster(int(r), int(h)) == int(c), (r, h)
     for line in lines:
-        h, bt, bv, ft, fv, rpc = map(int, line.split())
+        h, bt, bv, ft, fv, rpc, bwd_rpc, bwd_threads = map(int, line.split())
         assert layout.row_layout(h) == (bt, bv), h
         assert layout.fwd_row_layout(h) == (ft, fv), h
         assert layout.rows_per_cta(bt) == rpc, h
+        assert layout.bwd_row_groups(h) == bwd_rpc and bwd_rpc * bt == bwd_threads <= 1024, h
+        assert bwd_rpc == (2 if bt == layout.CTA_THREADS else rpc), h  # two 512-thread rows (H 4096) a CTA
         assert bt * bv * 8 >= h and ft * fv * 8 >= h and bt % 32 == 0 and ft % 32 == 0
         assert bv <= 2 and fv <= 4
 
@@ -441,7 +450,7 @@ def test_l1_loads_rule():
 def _strided_chunk_rows(rows: int, hidden: int, chunk_rows: int, chunks: int) -> list[list[int]]:
     """The rows each strided dw chunk sums, in walk order, as args.cuh ChunkOrder / ChunkWalk define them:
     block j of chunk c is the b rows from (j * chunks + c) * b, b a full CTA's row groups."""
-    b = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    b = layout.bwd_row_groups(hidden)
     steps = -(-chunk_rows // b)
     return [[r for j in range(steps) for g in range(b) if (r := (j * chunks + c) * b + g) < rows]
             for c in range(chunks)]
@@ -470,7 +479,7 @@ def test_strided_chunks_rule():
         for rows in sorted({1, 100, 1000, 5000, 70000, 10**6, *(e + d for e in edges for d in (-1, 0, 1) if e + d > 0)}):
             r = cake_jit.route("sm_90a", "bwd", hidden, "bf16", False, rows)
             hit = cake_windows.measured_strided_chunks("sm_90a", hidden, r.window.engine)
-            groups = layout.rows_per_cta(layout.row_layout(hidden)[0])
+            groups = layout.bwd_row_groups(hidden)
             want = S if hit is not None and rows >= hit[0] and r.chunk_rows >= groups else C
             assert r.chunk_order == want, (hidden, rows)
             for wname, res in (("fp32", False), ("bf16", True)):  # the partition is the key's, not the weight's
@@ -488,7 +497,7 @@ def test_strided_chunks_rule():
 def test_strided_chunks_cover_rows_exactly(hidden):
     """Every row in exactly one strided chunk, each chunk at most ceil(chunk_rows / b) blocks of b rows."""
     start = cake_windows.measured_strided_chunks("sm_90a", hidden)[0]
-    b = layout.rows_per_cta(layout.row_layout(hidden)[0])
+    b = layout.bwd_row_groups(hidden)
     for rows in (start, start + 1, start + 997, 4 * start + 3):
         chunk_rows, chunks = cake_jit.dw_partition(rows, hidden)
         if chunk_rows < b:

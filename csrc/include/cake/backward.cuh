@@ -47,7 +47,7 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
   if (in.form == kFused) return launch_backward_fused<HC, WT, RES>(in);
   BackwardArgs a = in;
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
-  const int rpc = rows_per_cta(L.threads);
+  const int rpc = bwd_rows_per_cta(L.threads);
   const int threads = rpc * L.threads;
   a.stages = a.engine == kRing
                  ? ring_stages(StagePlan::make(a.hidden, rpc, rpc * RD, N, 1), bwd_ctas_per_sm(threads, RD))
@@ -58,7 +58,7 @@ cudaError_t launch_backward_variant(const BackwardArgs& in) {
     const int groups = a.chunk_rows < rpc && a.form != kSingle ? static_cast<int>(a.chunk_rows) : rpc;
     const size_t smem = size_t(groups - 1) * size_t(a.hidden) * sizeof(double);
     // widths of one row group per CTA never cut; the generic program reads its groups at run time
-    constexpr bool kCuts = HC == 0 || rows_per_cta(row_layout(HC > 0 ? HC : 8).threads) > 1;
+    constexpr bool kCuts = HC == 0 || bwd_rows_per_cta(row_layout(HC > 0 ? HC : 8).threads) > 1;
     if constexpr (kCuts) {
       if (HC == 0 || groups < rpc) return launch_backward_direct<HC, WT, RES, true>(a, groups * L.threads, smem);
     }
@@ -82,7 +82,7 @@ cudaError_t launch_backward_width(const BackwardArgs& a) {
   const int depth = a.g_residual ? kResidual : kPlain;
   if (a.engine != kDirect && a.engine != kRing) return cudaErrorInvalidValue;
   if (a.loads != kStreamLoads && a.loads != kL1Loads) return cudaErrorInvalidValue;
-  if (a.engine == kRing && rows_per_cta(row_layout(static_cast<int>(a.hidden)).threads) * depth > 32)
+  if (a.engine == kRing && bwd_rows_per_cta(row_layout(static_cast<int>(a.hidden)).threads) * depth > 32)
     return cudaErrorInvalidValue;
   if (a.weight_fp32) {
     return a.g_residual ? launch_backward_variant<HC, float, true, kResidual>(a)

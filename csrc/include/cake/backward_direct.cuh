@@ -19,7 +19,7 @@ namespace cake {
 // the chunk order, ChunkWalk). Within a chunk its row groups walk the rows, each thread
 // accumulating g*x*rstd for its fixed columns in FP64 registers; finish_chunk combines the
 // groups and writes the partial.
-// CUT: the CTA holds fewer row groups than rows_per_cta (blockDim.x / row threads; the launcher
+// CUT: the CTA holds fewer row groups than bwd_rows_per_cta (blockDim.x / row threads; the launcher
 // cuts them to a chunk's rows): groups past a chunk's rows would only add zeros (+0.0 leaves every
 // sum as it is), so the cut changes no bit. Uncut, the group count stays a compile-time constant.
 // L1LOADS: the rows' reads allocate in L1 (RowLoads).

@@ -73,7 +73,7 @@ struct TileRow {
 // 5120 / 6144), their rows' loads out together (BPW x DEPTH rows in flight per lane) so that the warp
 // waits for one round of loads, not BPW.
 __host__ __device__ constexpr int tile_blocks_per_warp(int hc) {
-  return hc == 0 ? 1 : (kMaxBlocks + bwd_cta_threads(hc) / 32 - 1) / (bwd_cta_threads(hc) / 32);
+  return hc == 0 ? 1 : (kMaxBlocks + fused_cta_threads(hc) / 32 - 1) / (fused_cta_threads(hc) / 32);
 }
 
 // The cluster barrier in its two halves (every thread of every CTA of the cluster calls both).
@@ -273,7 +273,7 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // the launch's clusters are of csize CTAs, item0 is a multiple of csize, so a cluster holds one
 // tile or row CTAs only.
 template <int HC, typename WT, bool RES, int DEPTH, int BPW, bool SPLIT = false>
-__global__ void __launch_bounds__(bwd_cta_threads(HC), 1)
+__global__ void __launch_bounds__(fused_cta_threads(HC), 1)
     backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
@@ -356,7 +356,7 @@ inline int fused_cluster_of(const BackwardArgs& a, bool rule, int warps, int spl
 
 // Blocks per warp of the split tiles: the blocks over the warps of the smallest cluster (two CTAs).
 __host__ __device__ constexpr int split_blocks_per_warp(int hc) {
-  return hc == 0 ? 1 : (kMaxBlocks + 2 * (bwd_cta_threads(hc) / 32) - 1) / (2 * (bwd_cta_threads(hc) / 32));
+  return hc == 0 ? 1 : (kMaxBlocks + 2 * (fused_cta_threads(hc) / 32) - 1) / (2 * (fused_cta_threads(hc) / 32));
 }
 
 // One launch: row CTAs of min(rows, rows_per_cta) rows, so that no row group idles; the tiles'
@@ -401,7 +401,7 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
 constexpr int kOneRowMaxHidden = 1536;
 
 template <int HC, typename WT, bool RES>
-__global__ void __launch_bounds__(bwd_cta_threads(HC), 1) backward_row_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(fused_cta_threads(HC), 1) backward_row_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = 1;

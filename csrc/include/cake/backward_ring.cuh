@@ -19,7 +19,8 @@ namespace cake {
 
 // Rows an item gives each row group (one after another, RPC rows apart). Deeper items let one
 // CTA barrier and one refill serve more rows; the depths are the fastest measured per width
-// (docs/performance.md): four up to 4096 (where an item stays within 32 rows); at 5120 three
+// (docs/performance.md): four up to 2048 (where an item stays within 32 rows), two at 4096 (its
+// CTA's two rows make items of four, what one-row CTAs held at four; no ring window there); at 5120 three
 // (640 threads of 96 registers; four spilled, most with the FP32 weight), but two for the residual
 // rows, whose three tensors leave depth three two ring slots where depth two has three; two at 6144
 // (768 threads of 80 registers; three spilled); one for the generic program (64 registers, two
@@ -29,8 +30,8 @@ __host__ __device__ constexpr int bwd_row_depth(int hc, bool residual) {
   return hc == 0                                                   ? 1
          : hc >= 6144 || (hc >= 5120 && residual)                  ? 2
          : hc >= 5120                                              ? 3
-         : rows_per_cta(row_layout(hc).threads) * 4 > 32           ? 2
-                                                                   : 4;
+         : hc >= 4096 || bwd_rows_per_cta(row_layout(hc).threads) * 4 > 32 ? 2
+                                                                             : 4;
 }
 
 // The CTAs per SM a ring CTA's register budget is set for: two CTAs of up to 512 threads (64

@@ -133,7 +133,7 @@ inline void ffi_backward(TensorView g, TensorView x, TensorView w, TensorView rs
     TVM_FFI_THROW(ValueError) << "chunk_order must be 0 (contiguous) or 1 (strided), got " << chunk_order;
   }
   // a strided block is a full CTA's row groups, which every form then holds (no cut CTAs)
-  const int64_t full_groups = rows_per_cta(row_layout(static_cast<int>(hidden)).threads);
+  const int64_t full_groups = bwd_rows_per_cta(row_layout(static_cast<int>(hidden)).threads);
   if (chunk_order == kStrided && chunk_rows < full_groups) {
     TVM_FFI_THROW(ValueError) << "a strided dw partition needs chunks of at least " << full_groups
                               << " rows at H = " << hidden << ", got " << chunk_rows;

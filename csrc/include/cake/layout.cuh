@@ -60,8 +60,25 @@ __host__ __device__ constexpr int rows_per_cta(int row_threads) {
   return row_threads >= kCtaThreads ? 1 : kCtaThreads / row_threads;
 }
 
+// The backward's rows side by side in a CTA of its chunked forms (the direct and ring engines):
+// rows_per_cta, but two rows of 512 threads (H 4096) to a 1024-thread CTA, one CTA an SM, so that
+// one dw chunk a resident CTA is 132 chunks, not 264 (cake_jit.dw_partition): half the FP64
+// partials to write and reduce. H100, bench/variants.py (docs/performance.md, round 39): 0.90-0.93x
+// at [2304,4096], 0.95-0.97x at 4096 rows, a tie from 16384; the same CTAs at H 2048 (four rows)
+// lost 2-16% at 256-2048 rows, and at H 256 / 512 (round 37) 3-32% at 1024-4096. The row groups
+// walk a chunk's rows in turn, so this count is part of dw's bits (the fused form's row CTAs, which
+// write no partials, keep rows_per_cta).
+__host__ __device__ constexpr int bwd_rows_per_cta(int row_threads) {
+  return row_threads == kCtaThreads ? kMaxCtaThreads / kCtaThreads : rows_per_cta(row_threads);
+}
+
 // Threads of a full backward CTA of width `hidden` (0: the generic program, any width).
 __host__ __device__ constexpr int bwd_cta_threads(int hidden) {
+  return hidden > 0 ? bwd_rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
+}
+
+// Threads of a full row CTA of the fused backward form (rows_per_cta rows; its dx rows only).
+__host__ __device__ constexpr int fused_cta_threads(int hidden) {
   return hidden > 0 ? rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
 }
 

@@ -24,7 +24,7 @@ struct RowGeom {
     g.vecs = hidden / kVec;
     g.threads = L.threads;
     g.vpt = L.vpt;
-    g.rpc = rows_per_cta(L.threads);
+    g.rpc = kForward ? rows_per_cta(L.threads) : bwd_rows_per_cta(L.threads);
     g.warps = L.threads / 32;
     g.group = threadIdx.x / L.threads;
     g.t = threadIdx.x % L.threads;
