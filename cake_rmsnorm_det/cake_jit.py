@@ -45,7 +45,7 @@ def dw_class_windows(hidden: int) -> tuple[tuple[int | None, int], ...]:
     else:
         cls = "narrow" if _is_narrow(hidden) else "wide" if hidden >= cw.DW_WIDE_HIDDEN else "mid"
     windows = cw.DW_CHUNKS[cls]
-    if layout.bwd_row_groups(hidden) > layout.rows_per_cta(layout.row_layout(hidden)[0]):  # CTAs of two rows
+    if layout.bwd_pairs_rows(hidden):  # CTAs of two rows: one chunk a resident CTA
         windows = windows[:-1] + ((None, cw.DW_PAIRED_ROWS_CHUNKS),)
     edge = ring_edge(hidden)
     if edge is None:

@@ -74,6 +74,13 @@ def bwd_rows_per_cta(row_threads: int) -> int:
     return 2 if row_threads == CTA_THREADS else rows_per_cta(row_threads)
 
 
+def bwd_pairs_rows(hidden: int) -> bool:
+    """Whether the backward CTA of width `hidden` holds more rows than rows_per_cta (two rows of
+    CTA_THREADS threads: H 4096), which the dw partition follows (cake_jit.dw_class_windows)."""
+    threads = row_layout(hidden)[0]
+    return bwd_rows_per_cta(threads) > rows_per_cta(threads)
+
+
 def bwd_row_groups(hidden: int) -> int:
     """Row groups of a full backward CTA of width `hidden` (bwd_rows_per_cta of row_layout's
     threads): the block of a strided dw chunk (args.cuh ChunkOrder), part of dw's bits."""

@@ -150,7 +150,7 @@ def test_ring_windows_take_one_chunk_a_ring_cta(hidden):
     end on DW_PAIRED_ROWS_CHUNKS where the backward CTA holds two 512-thread rows)."""
     edge = cake_jit.ring_edge(hidden)
     if edge is None:
-        paired = layout.bwd_row_groups(hidden) > layout.rows_per_cta(layout.row_layout(hidden)[0])
+        paired = layout.bwd_pairs_rows(hidden)
         assert paired == (hidden == 4096)
         want = cake_windows.DW_PAIRED_ROWS_CHUNKS if paired else cake_windows.DW_CHUNK_TARGET
         assert cake_jit.dw_max_chunks(65536, hidden) == want
