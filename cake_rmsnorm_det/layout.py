@@ -74,6 +74,15 @@ def bwd_rows_per_cta(row_threads: int) -> int:
     return 2 if row_threads == CTA_THREADS else rows_per_cta(row_threads)
 
 
+FUSED_PAIR_MIN_ROWS = 384  # layout.cuh, kFusedPairMinRows
+
+
+def fused_rows_per_cta(row_threads: int, rows: int) -> int:
+    """Rows of a row CTA of the fused backward form at `rows` rows (layout.cuh fused_rows_per_cta):
+    rows_per_cta, but bwd_rows_per_cta from FUSED_PAIR_MIN_ROWS rows (its dx bits are the row's)."""
+    return bwd_rows_per_cta(row_threads) if rows >= FUSED_PAIR_MIN_ROWS else rows_per_cta(row_threads)
+
+
 def bwd_pairs_rows(hidden: int) -> bool:
     """Whether the backward CTA of width `hidden` holds more rows than rows_per_cta (two rows of
     CTA_THREADS threads: H 4096), which the dw partition follows (cake_jit.dw_class_windows)."""
@@ -169,7 +178,8 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
     `loads`: how the forward's narrow rows and the backward's direct engine read their rows
     (cake_jit.row_loads); `order`: which rows the backward's dw chunks hold (cake_jit.chunk_order)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
-    rpc = rows_per_cta(threads) if pass_ == "fwd" or form == "fused" else bwd_rows_per_cta(threads)
+    rpc = (rows_per_cta(threads) if pass_ == "fwd" else fused_rows_per_cta(threads, rows) if form == "fused"
+           else bwd_rows_per_cta(threads))
     if pass_ == "fwd":
         span = threads // pack
         cta_rows = cta_rows or rows_per_cta(span)

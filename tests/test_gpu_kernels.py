@@ -251,7 +251,7 @@ def test_fused_form_matches_pair(hidden, variant, device):
     if variant == "query_view" and hidden != 256:
         pytest.skip("the strided view is a width-256 layout")
     last = cake_jit.one_row_chunks(hidden)
-    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, 150, 257, 500, last)
+    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, 150, 257, 383, 385, 500, last)
     for n in sorted(set(counts)):
         rows = n * 24 if variant == "query_view" else n
         if rows > last:

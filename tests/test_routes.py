@@ -270,11 +270,12 @@ int main() {
   packs<2048>(); packs<4096>(); packs<5120>(); packs<6144>();
   for (int h : {256, 512, 1536, 2048, 4096, 5120, 6144})
     std::printf("depth %d %d %d\n", h, cake::bwd_row_depth(h, false), cake::bwd_row_depth(h, true));
-  const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 512, 640, 896, 1024, 5000};
+  const int cluster_rows[] = {1, 64, 127, 128, 129, 200, 256, 300, 383, 384, 512, 640, 896, 1024, 5000};
   const int cluster_hs[] = {256, 512, 1536, 2048, 4096, 6144};
   for (int h : cluster_hs)
     for (int r : cluster_rows)
-      std::printf("cluster %d %d %d\n", r, h, cake::fused_tile_cluster(r, cake::fused_tiles(h)));
+      std::printf("cluster %d %d %d %d\n", r, h, cake::fused_tile_cluster(r, cake::fused_tiles(h)),
+                  cake::fused_rows_per_cta(cake::row_layout(h).threads, r));
   const long long chunks[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128, 255, 256, 257, 264, 512, 896, 1024};
   for (long long c : chunks)
     std::printf("block %lld %lld %lld\n", c, (long long)cake::dw_block_len(c, true), (long long)cake::dw_block_len(c, false));
@@ -325,9 +326,14 @@ def test_python_layout_mirrors_the_header(tmp_path):
     assert len(packs) == 11 and any(has for _, has, _, _ in packs)
     for h, has, pack, slices in packs:
         assert layout.fwd_has_pack(h) == bool(has) and (pack, slices) == (layout.FWD_PACK, layout.FWD_MAX_PACK_SLICES), h
-    assert clusters and any(int(c) > 1 for _, _, c in clusters)
-    for r, h, c in clusters:
-        assert layout.fused_tile_cluster(int(r), int(h)) == int(c), (r, h)
+    assert clusters and any(int(c) > 1 for _, _, c, _ in clusters)
+    for r, h, c, frpc in map(lambda v: map(int, v), clusters):
+        assert layout.fused_tile_cluster(r, h) == c, (r, h)
+        threads = layout.row_layout(h)[0]
+        assert layout.fused_rows_per_cta(threads, r) == frpc, (r, h)  # the fused form's row CTAs
+        assert frpc == (layout.bwd_rows_per_cta(threads) if r >= layout.FUSED_PAIR_MIN_ROWS
+                        else layout.rows_per_cta(threads)), (r, h)
+    assert any(int(c[3]) == 2 and int(c[1]) == 4096 for c in clusters)  # H 4096's two-row row CTAs
     for line in lines:
         h, bt, bv, ft, fv, rpc, bwd_rpc, bwd_threads = map(int, line.split())
         assert layout.row_layout(h) == (bt, bv), h

@@ -68,12 +68,12 @@ struct TileRow {
   }
 };
 
-// A tile CTA's warps take the level-1 blocks round-robin: BPW blocks per warp where a full CTA of
-// the width has fewer warps than kMaxBlocks (16 at H 256 / 512 / 2048 / 4096, 12 at 1536, 20-24 at
-// 5120 / 6144), their rows' loads out together (BPW x DEPTH rows in flight per lane) so that the warp
-// waits for one round of loads, not BPW.
-__host__ __device__ constexpr int tile_blocks_per_warp(int hc) {
-  return hc == 0 ? 1 : (kMaxBlocks + fused_cta_threads(hc) / 32 - 1) / (fused_cta_threads(hc) / 32);
+// A tile CTA's warps take the level-1 blocks round-robin: BPW blocks per warp where a CTA of
+// `cta_threads` has fewer warps than kMaxBlocks (16 at H 256 / 512 / 2048 / 4096, 12 at 1536, 20-24
+// at 5120 / 6144; 32 in H 4096's two-row CTAs), their rows' loads out together (BPW x DEPTH rows in
+// flight per lane) so that the warp waits for one round of loads, not BPW.
+__host__ __device__ constexpr int tile_blocks_per_warp(int cta_threads) {
+  return (kMaxBlocks + cta_threads / 32 - 1) / (cta_threads / 32);
 }
 
 // The cluster barrier in its two halves (every thread of every CTA of the cluster calls both).
@@ -267,13 +267,14 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // 8.67 -> 8.16; H200, bench/variants.py, docs/bench/2026-12-03-h200-r19-fused-one-item.json). A
 // grid larger than one launch takes, or capped (tests), is split into successive launches over
 // consecutive items: the items are independent, so no bit depends on the split.
-// Bounds of a full CTA of the width: the fused grid stays within one wave at one CTA per SM, so
-// registers are not worth trading for occupancy here.
+// Bounds of a full CTA of the launch (CTA threads: fused_cta_threads, or bwd_cta_threads where the
+// row CTAs hold two rows): the fused grid stays within one wave at one CTA per SM, so registers are
+// not worth trading for occupancy here.
 // SPLIT: the tiles' items come csize to a tile (a cluster of csize CTAs, fused_dw_tile_split);
 // the launch's clusters are of csize CTAs, item0 is a multiple of csize, so a cluster holds one
 // tile or row CTAs only.
-template <int HC, typename WT, bool RES, int DEPTH, int BPW, bool SPLIT = false>
-__global__ void __launch_bounds__(fused_cta_threads(HC), 1)
+template <int HC, typename WT, bool RES, int DEPTH, int CTA, int BPW, bool SPLIT = false>
+__global__ void __launch_bounds__(CTA, 1)
     backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
@@ -355,39 +356,40 @@ inline int fused_cluster_of(const BackwardArgs& a, bool rule, int warps, int spl
 }
 
 // Blocks per warp of the split tiles: the blocks over the warps of the smallest cluster (two CTAs).
-__host__ __device__ constexpr int split_blocks_per_warp(int hc) {
-  return hc == 0 ? 1 : (kMaxBlocks + 2 * (fused_cta_threads(hc) / 32) - 1) / (2 * (fused_cta_threads(hc) / 32));
+__host__ __device__ constexpr int split_blocks_per_warp(int cta_threads) {
+  return (kMaxBlocks + 2 * (cta_threads / 32) - 1) / (2 * (cta_threads / 32));
 }
 
-// One launch: row CTAs of min(rows, rows_per_cta) rows, so that no row group idles; the tiles'
-// depth by the rows (tile_deep). A tile's warps take tile_blocks_per_warp blocks each once the
+// One launch: row CTAs of min(rows, fused_rows_per_cta) rows, so that no row group idles, in CTAs
+// of at most CTA threads (the tiles' CTAs too); the tiles' depth by the rows (tile_deep). A tile's warps take tile_blocks_per_warp blocks each once the
 // blocks outnumber them (against one block at a time: [64,1536] 4.42 -> 3.74 us, [128,4096] 5.38 ->
 // 4.77, [64,5120] 4.48 -> 3.98, [384,6144] 13.02 -> 12.29; H200, bench/variants.py,
 // docs/bench/2026-12-03-h200-r19-tile-blocks.json); while they fit (fewer than 32 rows) the
 // one-block kernel, whose smaller code was 0.2 us faster at 16 rows. The deep rounds (past 128
 // rows: 26-32 blocks, more than a full CTA's warps wherever kBpw > 1) build only the former.
-template <int HC, typename WT, bool RES, int DEPTH>
+template <int HC, typename WT, bool RES, int DEPTH, int CTA>
 cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const RowLayout L = row_layout(static_cast<int>(a.hidden));
-  const int rpc = rows_per_cta(L.threads);
+  const int rpc = fused_rows_per_cta(L.threads, a.rows);
   const int groups = a.rows < rpc ? static_cast<int>(a.rows) : rpc;
   const int threads = groups * L.threads;
+  if (threads > CTA) return cudaErrorInvalidConfiguration;  // the caller's CTA is the rows' bound
   const size_t smem = fused_tile_smem(dw_blocks(a.rows, true));
   const int64_t row_ctas = (a.rows + groups - 1) / groups;
-  constexpr int kBpw = tile_blocks_per_warp(HC);
-  constexpr int kSplitBpw = split_blocks_per_warp(HC);
+  constexpr int kBpw = tile_blocks_per_warp(CTA);
+  constexpr int kSplitBpw = split_blocks_per_warp(CTA);
   constexpr bool kDeep = DEPTH != tile_depth(HC, false);
   const int csize = fused_cluster_of(a, HC > 0, threads / 32, kSplitBpw);
-  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kDeep ? kBpw : 1>;
+  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kDeep ? kBpw : 1>;
   if (csize > 1) {
-    kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kSplitBpw, true>;
+    kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kSplitBpw, true>;
   } else if constexpr (kBpw > 1 && !kDeep) {
-    if (dw_blocks(a.rows, true) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, kBpw>;
+    if (dw_blocks(a.rows, true) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kBpw>;
   }
   // Opt the kernel into its largest tile shared memory once (one cached query per kernel, not one
   // per row count; a launch may use less than it is opted into).
   cudaError_t e = cudaSuccess;
-  resident_ctas(reinterpret_cast<const void*>(kernel), rpc * L.threads, fused_tile_smem(kMaxBlocks), &e);
+  resident_ctas(reinterpret_cast<const void*>(kernel), CTA, fused_tile_smem(kMaxBlocks), &e);
   if (e != cudaSuccess) return e;
   return launch_fused_items(kernel, a, fused_tiles(a.hidden) * csize + row_ctas, threads, smem, csize);
 }
@@ -422,10 +424,19 @@ cudaError_t launch_backward_fused(const BackwardArgs& a) {
     }
   }
   constexpr int kShallow = tile_depth(HC, false), kDeep = tile_depth(HC, true);
+  constexpr int kCta = fused_cta_threads(HC);
+  // Two-row CTAs (kFusedPairMinRows rows on) come only with the deep tiles: build them there alone.
+  constexpr int kPairCta = bwd_cta_threads(HC);
+  static_assert(kDeep == kShallow || kFusedPairMinRows > int64_t(kMaxBlocks) * kShallow, "two-row CTAs past the shallow tiles");
   if constexpr (kDeep != kShallow) {
-    if (tile_deep<HC>(a.rows)) return launch_backward_fused_depth<HC, WT, RES, kDeep>(a);
+    if (tile_deep<HC>(a.rows)) {
+      if constexpr (kPairCta != kCta) {
+        if (a.rows >= kFusedPairMinRows) return launch_backward_fused_depth<HC, WT, RES, kDeep, kPairCta>(a);
+      }
+      return launch_backward_fused_depth<HC, WT, RES, kDeep, kCta>(a);
+    }
   }
-  return launch_backward_fused_depth<HC, WT, RES, kShallow>(a);
+  return launch_backward_fused_depth<HC, WT, RES, kShallow, kCta>(a);
 }
 
 }  // namespace cake

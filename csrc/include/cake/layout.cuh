@@ -77,9 +77,20 @@ __host__ __device__ constexpr int bwd_cta_threads(int hidden) {
   return hidden > 0 ? bwd_rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
 }
 
-// Threads of a full row CTA of the fused backward form (rows_per_cta rows; its dx rows only).
+// Threads of a full row CTA of the fused backward form below kFusedPairMinRows rows (rows_per_cta
+// rows; its dx rows only).
 __host__ __device__ constexpr int fused_cta_threads(int hidden) {
   return hidden > 0 ? rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
+}
+
+// Rows of a row CTA of the fused backward form at `rows` rows: rows_per_cta, but from
+// kFusedPairMinRows rows bwd_rows_per_cta (two rows of 512 threads, H 4096, in a 1024-thread CTA).
+// Its row CTAs write dx alone, whose bits are the row's, so this count moves no bit. H100,
+// bench/variants.py against one-row CTAs (docs/performance.md, rounds 39-40): 0.91-0.99x at
+// 384-640 rows on BF16 and FP32 weights and the residual, but 1.05-1.09x at 256.
+constexpr int64_t kFusedPairMinRows = 384;
+__host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t rows) {
+  return rows >= kFusedPairMinRows ? bwd_rows_per_cta(row_threads) : rows_per_cta(row_threads);
 }
 
 // Offsets of a row in a [d0, d1, H] view with element strides (s0, s1, 1). 64-bit throughout.
