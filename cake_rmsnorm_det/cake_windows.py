@@ -105,24 +105,43 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # pair/fused below 0.98 one row count earlier at H 512 (0.975 at 768) and 6144 (0.956 at 576), so
 # their edges moved to 640 and 512; ties at [384,1536], [640,4096], [512,5120] and [512,6144], where
 # the H100 (its run of the same round, -h100-r29-fused-edges.json) puts the fused form 3-7% ahead.
-# H -> (last row count of the fused form, pair/fused about it on the H200, the same on the H100).
-# The one source of both the sm_90a edges and the partition's one-row reach (DW_ONE_ROW_ROWS).
+# H -> (last row count of the fused form, pair/fused about it on the H200, the same on the H100);
+# H 4096's edge, re-measured in round 40, follows. MEASURED_FUSED_EDGES is the one source of both
+# the sm_90a edges and the partition's one-row reach (DW_ONE_ROW_ROWS).
 _FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
     256: (768, "1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs 7.33)", "(round 28) 1.040 / 0.940"),
     512: (640, "1.040 at T=640 (6.62 vs 6.37 us), 0.975 at T=768 (6.80 vs 6.98)", "1.057 / 1.013"),
     1536: (384, "1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 (7.47 vs 7.92)",
            "1.029 / 0.961, 1.18-1.19 at 320 / 352"),
     2048: (768, "1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs 10.54, a tie)", "(round 28) 1.071 / 1.009"),
-    4096: (640, "1.045 at T=576 (12.98 vs 12.42 us), 0.981 at T=640 (13.15 vs 13.41, a tie), 0.932 at T=768",
-           "1.099 / 1.034 / 0.973"),
     5120: (512, "1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 vs 13.86, a tie), 0.955 at T=576",
            "1.134 / 1.065 / 0.998"),
     6144: (512, "1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 vs 15.89, a tie), 0.956 at T=576 "
                 "(16.74 vs 17.50)", "1.132 / 1.074 / 1.023"),
 }
+
+# H 4096's edge once its fused row CTAs hold two rows from 384 rows (layout.cuh fused_rows_per_cta,
+# 5-10% off the fused form at 448-640 rows), re-measured on an H100 (no H200 could be had; the
+# H200's run of the same command is pending: bench/pending.sh check): bench/partition.py --fused
+# --pair-class --chunk-rows 1 --max-chunks 4096 at T = 640 .. 1280, BF16 and FP32 weight and the
+# residual (docs/bench/2026-12-07-h100-r40-fused-edge-h4096-{bf16,fp32,residual}.json). Before it
+# (round 29, one-row CTAs) the edge was 640: pair/fused = 0.981 at 640 and 0.932 at 768 on the
+# H200, 1.034 / 0.973 on the H100.
+_FUSED_EDGE_H4096 = (896, Evidence(
+    measured=True, gpu=H100, sms=132, date="2026-12-07", below="bwd_h4096 fused (two-row row CTAs)",
+    above="bwd_h4096 pair (DW_CHUNKS)",
+    ratio="pair/fused = 1.097 at T=768 (16.10 vs 14.67 us), 1.045 at T=896 (17.33 vs 16.58), 0.993 at T=1024 "
+          "(18.18 vs 18.30, a tie), 0.895 at T=1280; FP32 weight 1.093 / 1.051 / 0.976, residual 1.136 / 1.094 / "
+          "1.088 / 0.969",
+    note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 640 .. 1280 (CUPTI kernel-active, cold L2, "
+         "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-07-h100-r40-fused-edge-h4096-"
+         "bf16.json); the last row count where the fused form won on every kind of row. On the H200 the pair form "
+         "gained ~5% more against the fused one at this width in round 29: to re-time there"))
+
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
-    ("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
-    for h, (at, h200, h100) in _FUSED_EDGE_RUNS.items()
+    **{("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
+       for h, (at, h200, h100) in _FUSED_EDGE_RUNS.items()},
+    ("sm_90a", 4096): _FUSED_EDGE_H4096,
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
@@ -200,7 +219,7 @@ DW_CHUNKS = {
 # only (the generic widths take the rule's reach below); the pair form on one-row chunks is slower
 # there ([512,4096] 21.55 us against 12.88 on DW_CHUNKS' 128, -r19-fused-reach.json), so a reach is
 # a fused window.
-DW_ONE_ROW_ROWS: dict[int, int] = {h: at for h, (at, _, _) in _FUSED_EDGE_RUNS.items()}
+DW_ONE_ROW_ROWS: dict[int, int] = {h: at for (_, h), (at, _) in MEASURED_FUSED_EDGES.items()}
 # The one-row reach of the widths DW_ONE_ROW_ROWS does not list (generic widths whose CTA holds
 # fewer than DW_NARROW_ROWS_PER_CTA rows; narrower ones keep one-row chunks to 264 rows anyway):
 # the fused rule's rows, so that the rule's window is all one-row chunks.
