@@ -131,7 +131,7 @@ _FUSED_EDGE_H4096 = (896, Evidence(
     measured=True, gpu=H100, sms=132, date="2026-12-07", below="bwd_h4096 fused (two-row row CTAs)",
     above="bwd_h4096 pair (DW_CHUNKS)",
     ratio="pair/fused = 1.097 at T=768 (16.10 vs 14.67 us), 1.045 at T=896 (17.33 vs 16.58), 0.993 at T=1024 "
-          "(18.18 vs 18.30, a tie), 0.895 at T=1280; FP32 weight 1.093 / 1.051 / 0.976, residual 1.136 / 1.094 / "
+          "(18.18 vs 18.30, a tie), 0.895 at T=1280; FP32 weight 1.092 / 1.051 / 0.976, residual 1.135 / 1.094 / "
           "1.088 / 0.969",
     note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 640 .. 1280 (CUPTI kernel-active, cold L2, "
          "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-07-h100-r40-fused-edge-h4096-"

@@ -86,8 +86,9 @@ __host__ __device__ constexpr int fused_cta_threads(int hidden) {
 // Rows of a row CTA of the fused backward form at `rows` rows: rows_per_cta, but from
 // kFusedPairMinRows rows bwd_rows_per_cta (two rows of 512 threads, H 4096, in a 1024-thread CTA).
 // Its row CTAs write dx alone, whose bits are the row's, so this count moves no bit. H100,
-// bench/variants.py against one-row CTAs (docs/performance.md, rounds 39-40): 0.91-0.99x at
-// 384-640 rows on BF16 and FP32 weights and the residual, but 1.05-1.09x at 256.
+// bench/variants.py against one-row CTAs (docs/performance.md, round 40): 0.985-0.997x at 384
+// rows, 0.947-0.989x at 448, 0.905-0.958x at 512-640 on BF16 and FP32 weights and the residual;
+// 1.03-1.09x at 256 (round 39), so not below 384. They took H 4096's fused edge to 896 rows.
 constexpr int64_t kFusedPairMinRows = 384;
 __host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t rows) {
   return rows >= kFusedPairMinRows ? bwd_rows_per_cta(row_threads) : rows_per_cta(row_threads);
