@@ -36,6 +36,9 @@
 #   at each call's start), the package and PyTorch's floors, at 1024 / 65536 rows of H 256 and 65536
 #   of H 512 / 4096 (round 37: Nsight Compute, whose launches start clean, had the narrow backward
 #   7% over the add on an H100, where the benchmark's flush had it 20% on the H200).
+# edge4096: H 4096's fused edge with its two-row row CTAs (round 40: 896 on an H100, which put the fused
+#   form 4.5-9% ahead at 896 rows and tied at 1024) at 640-1280 rows, BF16 and FP32 weight and the
+#   residual (bench/partition.py --fused --pair-class, a process each).
 # tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
 #   bench plain`; ~70 s a pass on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
@@ -44,7 +47,7 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
+STEP_NAMES="check suite edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -82,6 +85,13 @@ if [[ $STEPS == *" check "* ]]; then
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh partition engines
+fi
+if [[ $STEPS == *" edge4096 "* ]]; then
+  for v in "" "--weight fp32" "--residual"; do
+    DEADLINE=$(left) \
+    PARTITION_ARGS="--widths 4096 --tokens 640,768,832,896,960,1024,1280 --chunk-rows 1 --max-chunks 4096 --fused --pair-class --no-single $v" \
+    LOG=$LOGS/edge4096${v// /} OUT=/tmp/step_out bash bench/device_run.sh partition
+  done
 fi
 if [[ $STEPS == *" h5120 "* ]]; then
   tuning_step h5120res "--widths 5120 --tokens 4096,16384,65536 --bwd-args 2;3 --residual"

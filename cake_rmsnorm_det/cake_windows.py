@@ -122,7 +122,7 @@ _FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
 
 # H 4096's edge once its fused row CTAs hold two rows from 384 rows (layout.cuh fused_rows_per_cta,
 # 5-10% off the fused form at 448-640 rows), re-measured on an H100 (no H200 could be had; the
-# H200's run of the same command is pending: bench/pending.sh check): bench/partition.py --fused
+# H200's run of the same command is pending: bench/pending.sh edge4096): bench/partition.py --fused
 # --pair-class --chunk-rows 1 --max-chunks 4096 at T = 640 .. 1280, BF16 and FP32 weight and the
 # residual (docs/bench/2026-12-07-h100-r40-fused-edge-h4096-{bf16,fp32,residual}.json). Before it
 # (round 29, one-row CTAs) the edge was 640: pair/fused = 0.981 at 640 and 0.932 at 768 on the
@@ -136,7 +136,7 @@ _FUSED_EDGE_H4096 = (896, Evidence(
     note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 640 .. 1280 (CUPTI kernel-active, cold L2, "
          "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-07-h100-r40-fused-edge-h4096-"
          "bf16.json); the last row count where the fused form won on every kind of row. On the H200 the pair form "
-         "gained ~5% more against the fused one at this width in round 29: to re-time there"))
+         "gained ~5% more against the fused one at this width in round 29: to re-time there (bench/pending.sh edge4096)"))
 
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     **{("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
