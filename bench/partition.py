@@ -1,7 +1,7 @@
 """The backward's dw partition, timed with other chunk sizes (GPU).
 
     python bench/partition.py [--widths 256,...] [--tokens 4,16,...] [--chunk-rows 1,2,4,8] [--chunks 132,...]
-                              [--max-chunks 512]
+                              [--max-chunks N]
                               [--fused [--tile-clusters 1,2,4,8]] [--pair-class] [--no-single]
                               [--weight bf16|fp32] [--residual] [--engine direct|ring] [--out DIR]
 
@@ -69,7 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="4,16,64,256,512,1024,2048")
     ap.add_argument("--chunk-rows", default="1,2,4,8")
     ap.add_argument("--chunks", default="", help="also partitions of these chunk counts (ceil(T / N) rows a chunk)")
-    ap.add_argument("--max-chunks", type=int, default=512, help="skip chunk sizes that make more chunks")
+    ap.add_argument("--max-chunks", type=int, default=cake_jit.CHUNK_TARGET,
+                    help="skip chunk sizes that make more chunks (default: the most any shipped partition makes, "
+                         "cake_jit.CHUNK_TARGET); a skipped size is said, and with it --fused's column")
     ap.add_argument("--fused", action="store_true", help="also the fused form on one-row chunks")
     ap.add_argument("--tile-clusters", default="",
                     help="with --fused: also the fused form with each dw tile over clusters of these CTA counts")
@@ -126,7 +128,11 @@ def main(argv=None) -> int:
                 return dw
 
             for c in sizes:
-                if c > t or ceil(t / c) > a.max_chunks:
+                if c > t:
+                    continue
+                if ceil(t / c) > a.max_chunks:
+                    print(f"[{t},{h}]: C={c} skipped ({ceil(t / c)} chunks > --max-chunks {a.max_chunks})"
+                          + (", and with it the fused columns" if a.fused and c == 1 else ""), flush=True)
                     continue
                 dw = chunked(f"C={c}", c)
                 if a.fused and c == 1:
