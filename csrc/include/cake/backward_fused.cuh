@@ -267,9 +267,8 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // 8.67 -> 8.16; H200, bench/variants.py, docs/bench/2026-12-03-h200-r19-fused-one-item.json). A
 // grid larger than one launch takes, or capped (tests), is split into successive launches over
 // consecutive items: the items are independent, so no bit depends on the split.
-// Bounds of a full CTA of the launch (CTA threads: fused_cta_threads, or bwd_cta_threads where the
-// row CTAs hold two rows): the fused grid stays within one wave at one CTA per SM, so registers are
-// not worth trading for occupancy here.
+// Bounds of a full CTA of the launch (CTA: fused_cta_threads at the launch's rows): the fused grid
+// stays within one wave at one CTA per SM, so registers are not worth trading for occupancy here.
 // SPLIT: the tiles' items come csize to a tile (a cluster of csize CTAs, fused_dw_tile_split);
 // the launch's clusters are of csize CTAs, item0 is a multiple of csize, so a cluster holds one
 // tile or row CTAs only.
@@ -361,8 +360,8 @@ __host__ __device__ constexpr int split_blocks_per_warp(int cta_threads) {
 }
 
 // One launch: row CTAs of min(rows, fused_rows_per_cta) rows, so that no row group idles, in CTAs
-// of at most CTA threads (the tiles' CTAs too); the tiles' depth by the rows (tile_deep). A tile's warps take tile_blocks_per_warp blocks each once the
-// blocks outnumber them (against one block at a time: [64,1536] 4.42 -> 3.74 us, [128,4096] 5.38 ->
+// of at most CTA threads (the tiles' CTAs too); the tiles' depth by the rows (tile_deep). A tile's
+// warps take tile_blocks_per_warp blocks each once the blocks outnumber them (against one block at a time: [64,1536] 4.42 -> 3.74 us, [128,4096] 5.38 ->
 // 4.77, [64,5120] 4.48 -> 3.98, [384,6144] 13.02 -> 12.29; H200, bench/variants.py,
 // docs/bench/2026-12-03-h200-r19-tile-blocks.json); while they fit (fewer than 32 rows) the
 // one-block kernel, whose smaller code was 0.2 us faster at 16 rows. The deep rounds (past 128
@@ -403,7 +402,7 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
 constexpr int kOneRowMaxHidden = 1536;
 
 template <int HC, typename WT, bool RES>
-__global__ void __launch_bounds__(fused_cta_threads(HC), 1) backward_row_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(fused_cta_threads(HC, 1), 1) backward_row_kernel(const BackwardArgs a) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = 1;
@@ -424,14 +423,14 @@ cudaError_t launch_backward_fused(const BackwardArgs& a) {
     }
   }
   constexpr int kShallow = tile_depth(HC, false), kDeep = tile_depth(HC, true);
-  constexpr int kCta = fused_cta_threads(HC);
+  constexpr int kCta = fused_cta_threads(HC, 1);
   // Two-row CTAs (kFusedPairMinRows rows on) come only with the deep tiles: build them there alone.
-  constexpr int kPairCta = bwd_cta_threads(HC);
+  constexpr int kPairCta = fused_cta_threads(HC, kFusedPairMinRows);
   static_assert(kDeep == kShallow || kFusedPairMinRows > int64_t(kMaxBlocks) * kShallow, "two-row CTAs past the shallow tiles");
   if constexpr (kDeep != kShallow) {
     if (tile_deep<HC>(a.rows)) {
       if constexpr (kPairCta != kCta) {
-        if (a.rows >= kFusedPairMinRows) return launch_backward_fused_depth<HC, WT, RES, kDeep, kPairCta>(a);
+        if (fused_cta_threads(HC, a.rows) == kPairCta) return launch_backward_fused_depth<HC, WT, RES, kDeep, kPairCta>(a);
       }
       return launch_backward_fused_depth<HC, WT, RES, kDeep, kCta>(a);
     }

@@ -67,7 +67,7 @@ __host__ __device__ constexpr int rows_per_cta(int row_threads) {
 // at [2304,4096], 0.95-0.97x at 4096 rows, a tie from 16384; the same CTAs at H 2048 (four rows)
 // lost 2-16% at 256-2048 rows, and at H 256 / 512 (round 37) 3-32% at 1024-4096. The row groups
 // walk a chunk's rows in turn, so this count is part of dw's bits (the fused form's row CTAs, which
-// write no partials, keep rows_per_cta).
+// write no partials, follow the row count instead: fused_rows_per_cta).
 __host__ __device__ constexpr int bwd_rows_per_cta(int row_threads) {
   return row_threads == kCtaThreads ? kMaxCtaThreads / kCtaThreads : rows_per_cta(row_threads);
 }
@@ -75,12 +75,6 @@ __host__ __device__ constexpr int bwd_rows_per_cta(int row_threads) {
 // Threads of a full backward CTA of width `hidden` (0: the generic program, any width).
 __host__ __device__ constexpr int bwd_cta_threads(int hidden) {
   return hidden > 0 ? bwd_rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
-}
-
-// Threads of a full row CTA of the fused backward form below kFusedPairMinRows rows (rows_per_cta
-// rows; its dx rows only).
-__host__ __device__ constexpr int fused_cta_threads(int hidden) {
-  return hidden > 0 ? rows_per_cta(row_layout(hidden).threads) * row_layout(hidden).threads : kMaxCtaThreads;
 }
 
 // Rows of a row CTA of the fused backward form at `rows` rows: rows_per_cta, but from
@@ -92,6 +86,13 @@ __host__ __device__ constexpr int fused_cta_threads(int hidden) {
 constexpr int64_t kFusedPairMinRows = 384;
 __host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t rows) {
   return rows >= kFusedPairMinRows ? bwd_rows_per_cta(row_threads) : rows_per_cta(row_threads);
+}
+
+// Threads of a full row CTA of the fused backward form of width `hidden` at `rows` rows (its dx
+// rows only; 0: the generic program, any width).
+__host__ __device__ constexpr int fused_cta_threads(int hidden, int64_t rows) {
+  return hidden > 0 ? fused_rows_per_cta(row_layout(hidden).threads, rows) * row_layout(hidden).threads
+                    : kMaxCtaThreads;
 }
 
 // Offsets of a row in a [d0, d1, H] view with element strides (s0, s1, 1). 64-bit throughout.
