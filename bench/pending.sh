@@ -39,6 +39,11 @@
 # edge4096: H 4096's fused edge with its two-row row CTAs (round 40: 896 on an H100, which put the fused
 #   form 4.5-9% ahead at 896 rows and tied at 1024) at 640-1280 rows, BF16 and FP32 weight and the
 #   residual (bench/partition.py --fused --pair-class, a process each).
+# groups: the fused form's row groups of round 41 (layout.cuh fused_group_rows: four rows at H 1536,
+#   two at H 5120 without the residual, from 320 rows): the GPU suite on them, the routed programs
+#   against .variants/head (carried: the programs before them, commit ebce6df) at 256-512 rows, BF16
+#   and FP32 weight and the residual, then the fused edges of H 1536 (384-640 rows) and H 5120
+#   (512-768), BF16 and FP32 weight (bench/partition.py --fused --pair-class, a process each).
 # tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
 #   bench plain`; ~70 s a pass on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
@@ -47,7 +52,7 @@ shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
+STEP_NAMES="check suite groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -85,6 +90,25 @@ if [[ $STEPS == *" check "* ]]; then
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh partition engines
+fi
+if [[ $STEPS == *" groups "* ]]; then
+  if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
+    [[ $STEPS == *" check "* || $STEPS == *" suite "* ]] || { DEADLINE=$(left) LOG=$LOGS/groups-suite \
+      OUT=/tmp/step_out bash bench/device_run.sh gputests || { echo "pending: the GPU suite failed"; exit 1; }; }
+    for v in "" "--weight fp32" "--residual"; do
+      DEADLINE=$(left) VARIANT_TREES=".variants/head/" LOG=$LOGS/groups${v// /} OUT=/tmp/step_out \
+      VARIANT_ARGS="--old-only --passes bwd --widths 1536,5120 --tokens 256,320,384,448,512 $v" \
+      bash bench/device_run.sh variants
+    done
+    for v in "" "--weight fp32"; do
+      for wt in "1536 384,448,512,576,640" "5120 512,576,640,704,768"; do
+        set -- $wt
+        DEADLINE=$(left) LOG=$LOGS/groupsedge$1${v// /} OUT=/tmp/step_out \
+        PARTITION_ARGS="--widths $1 --tokens $2 --chunk-rows 1 --max-chunks 4096 --fused --pair-class --no-single $v" \
+        bash bench/device_run.sh partition
+      done
+    done
+  fi
 fi
 if [[ $STEPS == *" edge4096 "* ]]; then
   for v in "" "--weight fp32" "--residual"; do

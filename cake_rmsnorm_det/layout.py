@@ -83,6 +83,15 @@ def fused_rows_per_cta(row_threads: int, rows: int) -> int:
     return bwd_rows_per_cta(row_threads) if rows >= FUSED_PAIR_MIN_ROWS else rows_per_cta(row_threads)
 
 
+FUSED_GROUP_MIN_ROWS = 320  # layout.cuh, kFusedGroupMinRows
+
+
+def fused_group_rows(hidden: int, residual: bool) -> int:
+    """Rows a row group of the fused backward form's row CTAs takes at once in a width's own program
+    (layout.cuh fused_group_rows; from FUSED_GROUP_MIN_ROWS rows, else one). No bit depends on it."""
+    return 4 if hidden == 1536 else 2 if hidden == 5120 and not residual else 1
+
+
 def bwd_pairs_rows(hidden: int) -> bool:
     """Whether the backward CTA of width `hidden` holds more rows than rows_per_cta (two rows of
     CTA_THREADS threads: H 4096), which the dw partition follows (cake_jit.dw_class_windows)."""
@@ -169,14 +178,15 @@ def ring_fits(hidden: int, residual: bool) -> bool:
 def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int, chunks: int,
                   engine: str = "direct", cta_rows: int = 0, sms: int = 0, wide: bool = False,
                   split_tiles: bool = False, pack: int = 1, loads: int = STREAM_LOADS,
-                  order: int = CONTIGUOUS) -> str:
+                  order: int = CONTIGUOUS, residual: bool = False) -> str:
     """A one-line description of the launch a route makes (grid sizes are capped at run time by
     occupancy x SM count). `cta_rows`: the forward's rows per CTA on `sms` SMs (0: full CTAs);
     `wide`: whether the width's forward program has wide rows (the launcher picks them by occupancy);
     `split_tiles`: whether the program splits the fused form's dw tiles by fused_tile_cluster;
     `pack`: the forward's canonical threads per thread (packed rows, cake_jit.fwd_pack);
     `loads`: how the forward's narrow rows and the backward's direct engine read their rows
-    (cake_jit.row_loads); `order`: which rows the backward's dw chunks hold (cake_jit.chunk_order)."""
+    (cake_jit.row_loads); `order`: which rows the backward's dw chunks hold (cake_jit.chunk_order);
+    `residual`: whether the call adds the residual's gradient (the fused form's rows a row group)."""
     threads, vpt = fwd_row_layout(hidden) if pass_ == "fwd" else row_layout(hidden)
     rpc = (rows_per_cta(threads) if pass_ == "fwd" else fused_rows_per_cta(threads, rows) if form == "fused"
            else bwd_rows_per_cta(threads))
@@ -204,9 +214,12 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
         csize = fused_tile_cluster(rows, hidden) if split_tiles else 1
         split = "" if csize == 1 else (f", each tile over a cluster of {csize} CTAs (level 1 spread over them, "
                                        "level 2 in the first)")
+        # a width's own program (split_tiles) takes fused_group_rows rows a row group from its minimum
+        k = fused_group_rows(hidden, residual) if split_tiles and rows >= FUSED_GROUP_MIN_ROWS else 1
+        shape = f"{groups} row(s)" if k == 1 else f"{groups} row group(s) of {k} rows"
         return (f"backward_fused_kernel, one launch: {tiles * csize} dw tile CTAs ({FUSED_TILE_COLS} columns a tile, "
-                f"the reduce's order from g, x, rstd{split}) first; {ceil(max(rows, 1) / groups)} row CTA(s) of "
-                f"{groups} row(s) x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
+                f"the reduce's order from g, x, rstd{split}) first; {ceil(max(rows, 1) / (groups * k))} row CTA(s) of "
+                f"{shape} x {threads} threads x {vpt} vec16 (dx); {chunks} one-row chunk(s)")
     if engine == "ring":
         plain, res = rpc * ring_row_depth(hidden), rpc * ring_row_depth(hidden, True)
         items = f"{plain}-row items" + ("" if plain == res else f", {res} with the residual,")

@@ -72,7 +72,7 @@ def explain_route(pass_: str, hidden: int, tokens: int, weight_dtype: Union[str,
                              cake_jit.fwd_cta_rows(hidden, rows, sms, arch=arch, pack=pack) if pass_ == "fwd" else 0,
                              sms, pass_ == "fwd" and pack == 1 and cake_jit.fwd_has_wide(hidden),
                              split_tiles=hidden in cake_jit.QUALIFIED_WIDTHS, pack=pack, loads=loads,
-                             order=r.chunk_order),
+                             order=r.chunk_order, residual=bool(residual)),
         evidence=(r.window.evidence + _pack_evidence(pass_, hidden, arch) + _loads_evidence(pass_, hidden, arch)
                   + _cta_evidence(pass_, hidden, rows, arch, pack)
                   + _order_evidence(pass_, hidden, arch, r.chunk_order, r.window.engine)),

@@ -245,13 +245,15 @@ def test_fused_form_matches_pair(hidden, variant, device):
     """The fused form (one launch: row CTAs for dx, tile CTAs summing dw from g, x and rstd) gives
     the pair form's bits on every partition of one-row chunks, into poisoned outputs, also on a
     capped grid (successive launches) and with each dw tile split over a cluster of CTAs; past
-    one-row chunks it refuses to run."""
+    one-row chunks it refuses to run. 320 / 321 and 383 / 385 rows are the steps of the row CTAs'
+    rows a group (layout.cuh fused_group_rows) and rows a CTA (fused_rows_per_cta), odd counts
+    leaving the last row CTA part-filled."""
     residual = variant == "res_fp32w"
     wdtype = torch.float32 if residual else torch.bfloat16
     if variant == "query_view" and hidden != 256:
         pytest.skip("the strided view is a width-256 layout")
     last = cake_jit.one_row_chunks(hidden)
-    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, 150, 257, 383, 385, 500, last)
+    counts = (1, 2, 11) if variant == "query_view" else (1, 2, 3, 31, 32, 33, 64, 100, 150, 257, 320, 321, 383, 385, 500, last)
     for n in sorted(set(counts)):
         rows = n * 24 if variant == "query_view" else n
         if rows > last:

@@ -258,3 +258,21 @@ def test_an_experiment_patch_that_does_not_apply_leaves_no_tree(experiment_tree,
     with pytest.raises(SystemExit, match="does not apply"):
         experiment_tree.make_tree(tmp_path / "tree", [bad])
     assert not (tmp_path / "tree").exists()
+
+
+def test_sass_identity_compares_kernels_byte_by_byte(experiment_tree, tmp_path, capsys):
+    """bench/sass_identity.py: a tree of the routed sources compiles to the same kernels as the
+    repository; a kernel it cannot find under its name counts as gone and fails the check."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sass_identity
+    finally:
+        sys.path.pop(0)
+    tree = tmp_path / "routed"
+    experiment_tree.make_tree(tree, [])
+    assert sass_identity.main([str(tree), "--keys", "fwd_h512"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[0]
+    same = int(line.split(": ")[1].split()[0])
+    assert line.startswith("fwd_h512: ") and same > 0 and "0 differ, 0 gone, 0 new" in line
+    assert sass_identity.main([str(tree), "--keys", "fwd_h512", "--rename", "forward=fwd"]) == 1
+    assert f"0 same, 0 differ, {same} gone" in capsys.readouterr().out

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <cstdint>
+#include <utility>
 
 #include "cake/args.cuh"
 #include "cake/backward_rows.cuh"
@@ -235,29 +236,58 @@ __device__ __forceinline__ void store_row_dw(const Geom& G, float* dw, const Pac
   }
 }
 
-// dx of the rows of row CTA `cta` (G.rpc row groups, a row each); ROW_DW: the call's one row,
-// whose dw the row's threads write too (backward_row_kernel).
-template <int HC, typename WT, bool RES, bool ROW_DW = false, class Geom>
+// f(RowIndex<k>{}) for k = 0 .. K-1 in order, unrolled at compile time: arrays indexed by it are
+// scalars from the start, so one row (K = 1) compiles to the code of a scalar row, which a
+// `#pragma unroll` loop over the row indices did not (its SASS moved, and [640,256] / [256,5120]
+// ran 2-4% slower on an H100, bench/variants.py, docs/performance.md round 41).
+template <int I>
+struct RowIndex {
+  __host__ __device__ constexpr operator int() const { return I; }
+};
+template <class F, int... I>
+__device__ __forceinline__ void for_each_row_index(F&& f, std::integer_sequence<int, I...>) {
+  (f(RowIndex<I>{}), ...);
+}
+template <int K, class F>
+__device__ __forceinline__ void for_rows(F&& f) {
+  for_each_row_index(f, std::make_integer_sequence<int, K>{});
+}
+
+// dx of the rows of row CTA `cta`: G.rpc row groups of K rows each (fused_group_rows), group g's
+// k-th row at (cta * K + k) * rpc + g, so that K = 1 is one row a group. The K rows' loads go out
+// together and the weights are loaded once; each row's sums are its own, so K moves no bit.
+// ROW_DW: the call's one row, whose dw the row's threads write too (backward_row_kernel).
+template <int HC, typename WT, bool RES, bool ROW_DW = false, int K = 1, class Geom>
 __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom& G, int64_t cta, float* slots) {
+  static_assert(!ROW_DW || K == 1, "the one-row kernel holds one row");
   constexpr int VMAX = Geom::template vmax<HC>();
   constexpr int N = BackwardSources<RES>::N;
   constexpr bool kWRegs = HC > 0;
   const WT* wp = static_cast<const WT*>(a.w);
   const BackwardSources<RES> in(a);
-  const int64_t row = cta * G.rpc + G.group;
-  const bool live = row < a.rows;
+  int64_t row[K];
+  bool live[K];
+  for_rows<K>([&](auto k) {
+    row[k] = (cta * K + k) * G.rpc + G.group;
+    live[k] = row[k] < a.rows;
+  });
   WeightSlice<WT> w[Geom::template wregs<HC>()];
   G.template load_weights<kWRegs>(wp, w);
-  RowData<VMAX, N> d;
-  d.template load<true>(G, in.src, in.views, row, live);
-  const float r = live ? a.rstd[row] : 0.f;
-  float dot = live ? slice_dot<kWRegs>(G, d.v[0], d.v[1], w, wp) : 0.f;
+  RowData<VMAX, N> d[K];
+  for_rows<K>([&](auto k) { d[k].template load<true>(G, in.src, in.views, row[k], live[k]); });
+  float r[K], dot[K];
+  for_rows<K>([&](auto k) {
+    r[k] = live[k] ? a.rstd[row[k]] : 0.f;
+    dot[k] = live[k] ? slice_dot<kWRegs>(G, d[k].v[0], d[k].v[1], w, wp) : 0.f;
+  });
   // The one row's dw before the dot's all-reduce: its stores are in flight while the warps reduce.
-  if constexpr (ROW_DW) store_row_dw(G, a.dw, d.v[0], d.v[1], r);
-  dot = row_allsum(dot, G.warps, &slots[G.group * G.warps]);
-  if (!live) return;
-  double unused[VMAX][kVec];  // no dw here: the tiles sum it
-  slice_dx_dw<kWRegs, RES, false>(G, a, row, d.v[0], d.v[1], d.v[N - 1], r, dot, w, wp, unused);
+  if constexpr (ROW_DW) store_row_dw(G, a.dw, d[0].v[0], d[0].v[1], r[0]);
+  for_rows<K>([&](auto k) { dot[k] = row_allsum(dot[k], G.warps, &slots[(k * G.rpc + G.group) * G.warps]); });
+  for_rows<K>([&](auto k) {
+    if (!live[k]) return;
+    double unused[VMAX][kVec];  // no dw here: the tiles sum it
+    slice_dx_dw<kWRegs, RES, false>(G, a, row[k], d[k].v[0], d[k].v[1], d[k].v[N - 1], r[k], dot[k], w, wp, unused);
+  });
 }
 
 // Work items: the tiles first (the longer chains), then the row CTAs of blockDim.x / row threads
@@ -271,14 +301,14 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
 // stays within one wave at one CTA per SM, so registers are not worth trading for occupancy here.
 // SPLIT: the tiles' items come csize to a tile (a cluster of csize CTAs, fused_dw_tile_split);
 // the launch's clusters are of csize CTAs, item0 is a multiple of csize, so a cluster holds one
-// tile or row CTAs only.
-template <int HC, typename WT, bool RES, int DEPTH, int CTA, int BPW, bool SPLIT = false>
+// tile or row CTAs only. K: rows a row group (fused_group_rows).
+template <int HC, typename WT, bool RES, int DEPTH, int CTA, int BPW, bool SPLIT = false, int K = 1>
 __global__ void __launch_bounds__(CTA, 1)
     backward_fused_kernel(const BackwardArgs a, const int64_t item0) {
   using Geom = RowGeom<false>;
   Geom G = Geom::make<HC>(a.hidden);
   G.rpc = static_cast<int>(blockDim.x) / G.threads;
-  __shared__ float slots[kMaxCtaThreads / 32];
+  __shared__ float slots[K * kMaxCtaThreads / 32];
   extern __shared__ double2 tile_blocks[];
   const int64_t tiles = fused_tiles(a.hidden);
   const int64_t item = item0 + blockIdx.x;
@@ -289,13 +319,13 @@ __global__ void __launch_bounds__(CTA, 1)
       fused_dw_tile_split<DEPTH, BPW>(a, item / csize, tile_blocks,
                                       static_cast<int>(cooperative_groups::this_cluster().block_rank()), csize);
     } else {
-      fused_dx_rows<HC, WT, RES>(a, G, item - tiles * csize, slots);
+      fused_dx_rows<HC, WT, RES, false, K>(a, G, item - tiles * csize, slots);
     }
   } else {
     if (item < tiles) {
       fused_dw_tile<DEPTH, BPW>(a, item, tile_blocks);
     } else {
-      fused_dx_rows<HC, WT, RES>(a, G, item - tiles, slots);
+      fused_dx_rows<HC, WT, RES, false, K>(a, G, item - tiles, slots);
     }
   }
 }
@@ -374,14 +404,21 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   const int threads = groups * L.threads;
   if (threads > CTA) return cudaErrorInvalidConfiguration;  // the caller's CTA is the rows' bound
   const size_t smem = fused_tile_smem(dw_blocks(a.rows, true));
-  const int64_t row_ctas = (a.rows + groups - 1) / groups;
   constexpr int kBpw = tile_blocks_per_warp(CTA);
   constexpr int kSplitBpw = split_blocks_per_warp(CTA);
   constexpr bool kDeep = DEPTH != tile_depth(HC, false);
+  // Several rows a row group only with the deep tiles (fused_group_rows' rows are past them).
+  constexpr int K = kDeep ? fused_group_rows(HC, RES) : 1;
+  static_assert(K == 1 || kFusedGroupMinRows > int64_t(kMaxBlocks) * tile_depth(HC, false), "K rows past the shallow tiles");
+  const bool krows = K > 1 && a.rows >= kFusedGroupMinRows;
+  const int64_t group_rows = static_cast<int64_t>(groups) * (krows ? K : 1);
+  const int64_t row_ctas = (a.rows + group_rows - 1) / group_rows;
   const int csize = fused_cluster_of(a, HC > 0, threads / 32, kSplitBpw);
-  auto kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kDeep ? kBpw : 1>;
+  auto kernel = krows ? backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kDeep ? kBpw : 1, false, K>
+                      : backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kDeep ? kBpw : 1>;
   if (csize > 1) {
-    kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kSplitBpw, true>;
+    kernel = krows ? backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kSplitBpw, true, K>
+                   : backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kSplitBpw, true>;
   } else if constexpr (kBpw > 1 && !kDeep) {
     if (dw_blocks(a.rows, true) > threads / 32) kernel = backward_fused_kernel<HC, WT, RES, DEPTH, CTA, kBpw>;
   }
