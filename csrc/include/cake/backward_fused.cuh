@@ -239,7 +239,7 @@ __device__ __forceinline__ void store_row_dw(const Geom& G, float* dw, const Pac
 // f(RowIndex<k>{}) for k = 0 .. K-1 in order, unrolled at compile time: arrays indexed by it are
 // scalars from the start, so one row (K = 1) compiles to the code of a scalar row, which a
 // `#pragma unroll` loop over the row indices did not (its SASS moved, and [640,256] / [256,5120]
-// ran 2-4% slower on an H100, bench/variants.py, docs/performance.md round 41).
+// ran 1.4-4.5% slower on an H100, bench/variants.py, docs/performance.md round 41).
 template <int I>
 struct RowIndex {
   __host__ __device__ constexpr operator int() const { return I; }
