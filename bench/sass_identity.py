@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cake_rmsnorm_det.programs import NVCC_FLAGS, find_nvcc  # noqa: E402
+from cake_rmsnorm_det.programs import find_nvcc  # noqa: E402
 
 
 def text_sections(cubin: bytes) -> dict[str, bytes]:
@@ -47,24 +47,21 @@ def text_sections(cubin: bytes) -> dict[str, bytes]:
     return out
 
 
-def tree_layout(tree: Path) -> tuple[Path, Path, dict[str, Path]]:
-    """(include dir, source dir, kernel file by program key) of a repository or an experiment tree."""
-    build = json.loads((tree / "build.json").read_text())
-    if (tree / "csrc" / "include").is_dir():
-        include, base = tree / "csrc" / "include", tree
-    else:
-        include, base = tree / "include", tree
-    kernels = {}
-    for p in build["programs"]:
-        path = base / p["kernel"] if (base / p["kernel"]).is_file() else base / Path(p["kernel"]).name
-        kernels[p["key"]] = path
-    return include, base, kernels
+def tree_programs(tree: Path) -> tuple[Path, dict[str, tuple[Path, list[str]]]]:
+    """(include dir, {program key: (kernel file, its build.json nvcc flags)}) of a repository or an
+    experiment tree (whose program files sit at its top, beside include/)."""
+    include = tree / "csrc" / "include" if (tree / "csrc" / "include").is_dir() else tree / "include"
+    progs = {}
+    for p in json.loads((tree / "build.json").read_text())["programs"]:
+        kernel = tree / p["kernel"] if (tree / p["kernel"]).is_file() else tree / Path(p["kernel"]).name
+        progs[p["key"]] = (kernel, p["nvcc_flags"])
+    return include, progs
 
 
-def compile_cubin(kernel: Path, include: Path, arch: str, out: Path) -> bytes:
-    """The program's kernel file compiled to a cubin with the package's flags."""
+def compile_cubin(kernel: Path, flags: list[str], include: Path, arch: str, out: Path) -> bytes:
+    """The program's kernel file compiled to a cubin with its build flags."""
     import tvm_ffi
-    cmd = [str(find_nvcc()), "-std=c++17", f"-arch={arch}", "-cubin", "-O3", *NVCC_FLAGS, f"-I{include}",
+    cmd = [str(find_nvcc()), "-std=c++17", f"-arch={arch}", "-cubin", "-O3", *flags, f"-I{include}",
            f"-I{Path(tvm_ffi.__file__).parent / 'include'}", str(kernel), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -81,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rename", action="append", default=[], help="REGEX=REPLACEMENT for the new tree's kernel names")
     args = ap.parse_args(argv)
     renames = [tuple(r.split("=", 1)) for r in args.rename]
-    old_inc, _, old_k = tree_layout(args.old)
-    new_inc, _, new_k = tree_layout(args.new)
+    old_inc, old_k = tree_programs(args.old)
+    new_inc, new_k = tree_programs(args.new)
     keys = [k for k in (args.keys.split(",") if args.keys else sorted(old_k)) if k in old_k and k in new_k]
     if not keys:
         raise SystemExit("sass_identity: no program key in both trees")
     bad = 0
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=8) as pool:
-        jobs = {(key, side): pool.submit(compile_cubin, ks[key], inc, args.arch, Path(tmp) / f"{key}.{side}.cubin")
+        jobs = {(key, side): pool.submit(compile_cubin, *ks[key], inc, args.arch, Path(tmp) / f"{key}.{side}.cubin")
                 for key in keys for side, ks, inc in (("old", old_k, old_inc), ("new", new_k, new_inc))}
         for key in keys:
             old = text_sections(jobs[key, "old"].result())

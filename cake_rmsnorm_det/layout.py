@@ -86,9 +86,12 @@ def fused_rows_per_cta(row_threads: int, rows: int) -> int:
 FUSED_GROUP_MIN_ROWS = 320  # layout.cuh, kFusedGroupMinRows
 
 
-def fused_group_rows(hidden: int, residual: bool) -> int:
-    """Rows a row group of the fused backward form's row CTAs takes at once in a width's own program
-    (layout.cuh fused_group_rows; from FUSED_GROUP_MIN_ROWS rows, else one). No bit depends on it."""
+def fused_group_rows(hidden: int, residual: bool, rows: int) -> int:
+    """Rows a row group of the fused backward form's row CTAs takes at once at `rows` rows (layout.cuh
+    fused_group_rows: from FUSED_GROUP_MIN_ROWS rows, else one; the widths it names are qualified, so
+    always their own program's). No bit depends on it."""
+    if rows < FUSED_GROUP_MIN_ROWS:
+        return 1
     return 4 if hidden == 1536 else 2 if hidden == 5120 and not residual else 1
 
 
@@ -214,8 +217,7 @@ def launch_config(pass_: str, hidden: int, rows: int, form: str, chunk_rows: int
         csize = fused_tile_cluster(rows, hidden) if split_tiles else 1
         split = "" if csize == 1 else (f", each tile over a cluster of {csize} CTAs (level 1 spread over them, "
                                        "level 2 in the first)")
-        # a width's own program (split_tiles) takes fused_group_rows rows a row group from its minimum
-        k = fused_group_rows(hidden, residual) if split_tiles and rows >= FUSED_GROUP_MIN_ROWS else 1
+        k = fused_group_rows(hidden, residual, rows)
         shape = f"{groups} row(s)" if k == 1 else f"{groups} row group(s) of {k} rows"
         return (f"backward_fused_kernel, one launch: {tiles * csize} dw tile CTAs ({FUSED_TILE_COLS} columns a tile, "
                 f"the reduce's order from g, x, rstd{split}) first; {ceil(max(rows, 1) / (groups * k))} row CTA(s) of "

@@ -278,8 +278,9 @@ int main() {
                   cake::fused_rows_per_cta(cake::row_layout(h).threads, r));
   for (int h : {0, 256, 512, 1536, 2048, 4096, 5120, 6144})
     for (bool res : {false, true})
-      std::printf("group %d %d %d %lld\n", h, int(res), cake::fused_group_rows(h, res),
-                  (long long)cake::kFusedGroupMinRows);
+      for (long long r : {1LL, 319LL, 320LL, 5000LL})
+        std::printf("group %d %d %lld %d %lld\n", h, int(res), r, cake::fused_group_rows(h, res, r),
+                    (long long)cake::kFusedGroupMinRows);
   const long long chunks[] = {1, 3, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128, 255, 256, 257, 264, 512, 896, 1024};
   for (long long c : chunks)
     std::printf("block %lld %lld %lld\n", c, (long long)cake::dw_block_len(c, true), (long long)cake::dw_block_len(c, false));
@@ -325,9 +326,9 @@ def test_python_layout_mirrors_the_header(tmp_path):
     depths = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("depth ")]
     groups = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("group ")]
     lines = [line for line in lines if not line.startswith(("cluster ", "pack ", "block ", "tile ", "depth ", "group "))]
-    assert len(groups) == 16 and any(k > 1 for _, _, k, _ in groups)
-    for h, res, k, least in groups:  # the fused form's rows a row group (layout.launch_config)
-        assert (layout.fused_group_rows(h, bool(res)), layout.FUSED_GROUP_MIN_ROWS) == (k, least), (h, res)
+    assert len(groups) == 64 and any(k > 1 for _, _, _, k, _ in groups)
+    for h, res, r, k, least in groups:  # the fused form's rows a row group (layout.launch_config)
+        assert (layout.fused_group_rows(h, bool(res), r), layout.FUSED_GROUP_MIN_ROWS) == (k, least), (h, res, r)
     assert len(depths) == 7 and any(plain != res for _, plain, res in depths)
     for h, plain, res in depths:  # the ring's row depths (layout.ring_fits sizes its slots by them)
         assert (layout.ring_row_depth(h), layout.ring_row_depth(h, True)) == (plain, res), h

@@ -407,10 +407,11 @@ cudaError_t launch_backward_fused_depth(const BackwardArgs& a) {
   constexpr int kBpw = tile_blocks_per_warp(CTA);
   constexpr int kSplitBpw = split_blocks_per_warp(CTA);
   constexpr bool kDeep = DEPTH != tile_depth(HC, false);
-  // Several rows a row group only with the deep tiles (fused_group_rows' rows are past them).
-  constexpr int K = kDeep ? fused_group_rows(HC, RES) : 1;
+  // Several rows a row group only with the deep tiles (fused_group_rows' rows are past them): K is
+  // the program's count there, krows whether this launch's rows take it.
+  constexpr int K = kDeep ? fused_group_rows(HC, RES, kFusedGroupMinRows) : 1;
   static_assert(K == 1 || kFusedGroupMinRows > int64_t(kMaxBlocks) * tile_depth(HC, false), "K rows past the shallow tiles");
-  const bool krows = K > 1 && a.rows >= kFusedGroupMinRows;
+  const bool krows = K > 1 && fused_group_rows(HC, RES, a.rows) == K;
   const int64_t group_rows = static_cast<int64_t>(groups) * (krows ? K : 1);
   const int64_t row_ctas = (a.rows + group_rows - 1) / group_rows;
   const int csize = fused_cluster_of(a, HC > 0, threads / 32, kSplitBpw);

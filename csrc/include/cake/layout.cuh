@@ -88,8 +88,9 @@ __host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t ro
   return rows >= kFusedPairMinRows ? bwd_rows_per_cta(row_threads) : rows_per_cta(row_threads);
 }
 
-// Rows a row group of the fused backward form's row CTAs takes at once from kFusedGroupMinRows
-// rows (its loads out together, the weights loaded once), else one; 0: the generic program. Its
+// Rows a row group of the fused backward form's row CTAs takes at once at `rows` rows: from
+// kFusedGroupMinRows rows (its loads out together, the weights loaded once), else one; 0: the
+// generic program, one. Its
 // rows' sums are each row's own, so this count moves no bit. H100, bench/variants.py against one
 // row a group (docs/performance.md, round 41): four rows at H 1536 0.878-0.942x at 320-384 rows on
 // BF16 / FP32 weights and the residual (round 40: 1.01-1.12x at 256, so not below 320); two at
@@ -97,8 +98,8 @@ __host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t ro
 // to 5% (round 40); more rows a group lost at H 2048 / 4096 and tied at H 256 / 512. Only with the
 // deep tiles (past kMaxBlocks x 4 rows: backward_fused.cuh).
 constexpr int64_t kFusedGroupMinRows = 320;
-__host__ __device__ constexpr int fused_group_rows(int hidden, bool residual) {
-  return hidden == 1536 ? 4 : (hidden == 5120 && !residual) ? 2 : 1;
+__host__ __device__ constexpr int fused_group_rows(int hidden, bool residual, int64_t rows) {
+  return rows < kFusedGroupMinRows ? 1 : hidden == 1536 ? 4 : (hidden == 5120 && !residual) ? 2 : 1;
 }
 
 // Threads of a full row CTA of the fused backward form of width `hidden` at `rows` rows (its dx
