@@ -106,7 +106,7 @@ def _combine(hidden: int, at: int, ratio: str) -> tuple[int, Evidence]:
 # their edges moved to 640 and 512; ties at [384,1536], [640,4096], [512,5120] and [512,6144], where
 # the H100 (its run of the same round, -h100-r29-fused-edges.json) puts the fused form 3-7% ahead.
 # H -> (last row count of the fused form, pair/fused about it on the H200, the same on the H100);
-# H 4096's edge, re-measured in round 40, follows. MEASURED_FUSED_EDGES is the one source of both
+# H 4096's and H 5120's edges, re-measured in rounds 40 and 42, follow. MEASURED_FUSED_EDGES is the one source of both
 # the sm_90a edges and the partition's one-row reach (DW_ONE_ROW_ROWS).
 _FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
     256: (768, "1.064 at T=768 (6.91 vs 6.49 us), 0.948 at T=896 (6.94 vs 7.33)", "(round 28) 1.040 / 0.940"),
@@ -114,8 +114,6 @@ _FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
     1536: (384, "1.019 at T=384 (7.60 vs 7.46 us, a tie), 0.943 at T=448 (7.47 vs 7.92)",
            "1.029 / 0.961, 1.18-1.19 at 320 / 352"),
     2048: (768, "1.060 at T=768 (9.95 vs 9.39 us), 0.991 at T=896 (10.45 vs 10.54, a tie)", "(round 28) 1.071 / 1.009"),
-    5120: (512, "1.052 at T=448 (13.23 vs 12.58 us), 1.011 at T=512 (14.01 vs 13.86, a tie), 0.955 at T=576",
-           "1.134 / 1.065 / 0.998"),
     6144: (512, "1.063 at T=448 (14.91 vs 14.03 us), 0.992 at T=512 (15.76 vs 15.89, a tie), 0.956 at T=576 "
                 "(16.74 vs 17.50)", "1.132 / 1.074 / 1.023"),
 }
@@ -138,10 +136,30 @@ _FUSED_EDGE_H4096 = (896, Evidence(
          "bf16.json); the last row count where the fused form won on every kind of row. On the H200 the pair form "
          "gained ~5% more against the fused one at this width in round 29: to re-time there (bench/pending.sh edge4096)"))
 
+# H 5120's edge once its fused row CTAs hold two rows from 320 rows without the residual (layout.cuh
+# fused_group_rows, 5-11% off the fused form at 320-512 rows on an H100), re-measured on an H100 (no
+# H200 could be had; bench/pending.sh groups times it again there): bench/partition.py --fused
+# --pair-class --chunk-rows 1 --max-chunks 4096 at T = 512 .. 896, BF16 and FP32 weight and the
+# residual (docs/bench/2026-12-07-h100-r42-fused-edge-h5120-*.json). Before it (round 29, one-row
+# CTAs) the edge was 512: pair/fused = 1.011 at 512 (a tie) and 0.955 at 576 on the H200, 1.065 /
+# 0.998 on the H100. The residual rows keep one row a group (two lost up to 5% there in round 40).
+_FUSED_EDGE_H5120 = (640, Evidence(
+    measured=True, gpu=H100, sms=132, date="2026-12-07", below="bwd_h5120 fused (two-row row CTAs)",
+    above="bwd_h5120 pair (DW_CHUNKS)",
+    ratio="pair/fused = 1.093 at T=576 (16.67 vs 15.25 us), 1.024 at T=640 (17.07 vs 16.67), 1.026 at T=704 "
+          "(18.35 vs 17.89), 0.984 at T=736 (18.24 vs 18.54); FP32 weight 1.114 / 1.041 / 1.047 / 0.993, residual "
+          "1.022 / 1.018 / 1.004 (a tie) / 0.950 at T=768",
+    note="bench/partition.py --fused --pair-class --chunk-rows 1 at T = 512 .. 896 (CUPTI kernel-active, cold L2, "
+         "median of 30; fused and pair bits equal on one-row chunks; docs/bench/2026-12-07-h100-r42-fused-edge-h5120-"
+         "bf16.json); the last row count where the fused form won on every kind of row by more than a tie (the "
+         "residual rows tie at 704). On the H200 the pair form gained ~4.5% more against the fused one at this width "
+         "in round 29: to re-time there (bench/pending.sh groups)"))
+
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     **{("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
        for h, (at, h200, h100) in _FUSED_EDGE_RUNS.items()},
     ("sm_90a", 4096): _FUSED_EDGE_H4096,
+    ("sm_90a", 5120): _FUSED_EDGE_H5120,
 }
 
 # The dw partition's chunk counts (cake_jit.dw_partition): (last row count, chunks) windows, the
