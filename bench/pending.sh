@@ -43,7 +43,8 @@
 #   two at H 5120 without the residual, from 320 rows): the GPU suite on them, the routed programs
 #   against .variants/head (carried: the programs before them, commit ebce6df) at 256-512 rows, BF16
 #   and FP32 weight and the residual, then the fused edges of H 1536 (384-640 rows) and H 5120
-#   (512-768), BF16 and FP32 weight (bench/partition.py --fused --pair-class, a process each).
+#   (512-768), BF16 and FP32 weight (bench/partition.py --fused --pair-class, a process each). Round
+#   42 ran it on an H100 (H 5120's edge moved to 640); the H200's run checks that edge there.
 # tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
 #   bench plain`; ~70 s a pass on an H100).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
