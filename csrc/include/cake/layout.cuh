@@ -90,13 +90,13 @@ __host__ __device__ constexpr int fused_rows_per_cta(int row_threads, int64_t ro
 
 // Rows a row group of the fused backward form's row CTAs takes at once at `rows` rows: from
 // kFusedGroupMinRows rows (its loads out together, the weights loaded once), else one; 0: the
-// generic program, one. Its
-// rows' sums are each row's own, so this count moves no bit. H100, bench/variants.py against one
-// row a group (docs/performance.md, round 41): four rows at H 1536 0.878-0.942x at 320-384 rows on
-// BF16 / FP32 weights and the residual (round 40: 1.01-1.12x at 256, so not below 320); two at
-// H 5120 0.909-0.961x at 320-512 rows on BF16 and FP32 weights, where the residual's rows lost up
-// to 5% (round 40); more rows a group lost at H 2048 / 4096 and tied at H 256 / 512. Only with the
-// deep tiles (past kMaxBlocks x 4 rows: backward_fused.cuh).
+// generic program, one. Its rows' sums are each row's own, so this count moves no bit. H100,
+// bench/variants.py against one row a group (docs/performance.md, rounds 41 and 42): four rows at
+// H 1536 0.877-0.950x at 320-384 rows on BF16 / FP32 weights and the residual (round 40:
+// 1.01-1.12x at 256, so not below 320); two at H 5120 0.898-0.974x at 320-512 rows on BF16 and
+// FP32 weights, where the residual's rows lost up to 5% (round 40); more rows a group lost at
+// H 2048 / 4096 and tied at H 256 / 512. Only with the deep tiles (past kMaxBlocks x 4 rows:
+// backward_fused.cuh).
 constexpr int64_t kFusedGroupMinRows = 320;
 __host__ __device__ constexpr int fused_group_rows(int hidden, bool residual, int64_t rows) {
   return rows < kFusedGroupMinRows ? 1 : hidden == 1536 ? 4 : (hidden == 5120 && !residual) ? 2 : 1;
