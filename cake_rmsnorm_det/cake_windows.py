@@ -119,10 +119,13 @@ _FUSED_EDGE_RUNS: dict[int, tuple[int, str, str]] = {
 }
 
 
-def _h100_fused_edge(hidden: int, at: int, rows: str, span: str, rnd: str, ratio: str, win: str, h200_gain: str,
+def _h100_fused_edge(hidden: int, at: int, *, rows: str, span: str, rnd: str, ratio: str, win: str, h200_gain: str,
                      step: str) -> tuple[int, Evidence]:
     """A fused edge re-measured on an H100 (no H200 could be had) after the fused form's row CTAs
-    changed (`rows`), on every kind of row, against the pair form on its DW_CHUNKS partition."""
+    changed (`rows`), on every kind of row, against the pair form on its DW_CHUNKS partition: timed
+    at T = `span` in round `rnd`, `ratio` the pair/fused times, `win` how the edge's row count won,
+    `h200_gain` how much more the pair form gained on the H200 in round 29, `step` the
+    bench/pending.sh step that re-times it there."""
     return at, Evidence(
         measured=True, gpu=H100, sms=132, date="2026-12-07", below=f"bwd_h{hidden} fused ({rows})",
         above=f"bwd_h{hidden} pair (DW_CHUNKS)", ratio=ratio,
@@ -141,10 +144,10 @@ def _h100_fused_edge(hidden: int, at: int, rows: str, span: str, rnd: str, ratio
 # (round 29, one-row CTAs) the edge was 640: pair/fused = 0.981 at 640 and 0.932 at 768 on the
 # H200, 1.034 / 0.973 on the H100.
 _FUSED_EDGE_H4096 = _h100_fused_edge(
-    4096, 896, "two-row row CTAs", "640 .. 1280", "r40",
-    "pair/fused = 1.097 at T=768 (16.10 vs 14.67 us), 1.045 at T=896 (17.33 vs 16.58), 0.993 at T=1024 (18.18 vs "
+    4096, 896, rows="two-row row CTAs", span="640 .. 1280", rnd="r40",
+    ratio="pair/fused = 1.097 at T=768 (16.10 vs 14.67 us), 1.045 at T=896 (17.33 vs 16.58), 0.993 at T=1024 (18.18 vs "
     "18.30, a tie), 0.895 at T=1280; FP32 weight 1.092 / 1.051 / 0.976, residual 1.135 / 1.094 / 1.088 / 0.969",
-    "", "~5%", "edge4096")
+    win="", h200_gain="~5%", step="edge4096")
 
 # H 5120's edge once its fused row CTAs hold two rows from 320 rows without the residual (layout.cuh
 # fused_group_rows, 3-10% off the fused form at 320-512 rows on an H100), re-measured on an H100 (no
@@ -154,11 +157,11 @@ _FUSED_EDGE_H4096 = _h100_fused_edge(
 # CTAs) the edge was 512: pair/fused = 1.011 at 512 (a tie) and 0.955 at 576 on the H200, 1.065 /
 # 0.998 on the H100. The residual rows keep one row a group (two lost up to 5% there in round 40).
 _FUSED_EDGE_H5120 = _h100_fused_edge(
-    5120, 640, "two-row row groups", "512 .. 896", "r42",
-    "pair/fused = 1.093 at T=576 (16.67 vs 15.25 us), 1.024 at T=640 (17.07 vs 16.67), 1.026 at T=704 (18.35 vs "
+    5120, 640, rows="two-row row groups", span="512 .. 896", rnd="r42",
+    ratio="pair/fused = 1.093 at T=576 (16.67 vs 15.25 us), 1.024 at T=640 (17.07 vs 16.67), 1.026 at T=704 (18.35 vs "
     "17.89), 0.984 at T=736 (18.24 vs 18.54); FP32 weight 1.113 / 1.041 / 1.044 / 0.993, residual 1.021 / 1.019 / "
     "1.004 (a tie) / 0.950 at T=768",
-    " by more than a tie (the residual rows tie at 704)", "~4.5%", "groups")
+    win=" by more than a tie (the residual rows tie at 704)", h200_gain="~4.5%", step="groups")
 
 MEASURED_FUSED_EDGES: dict[tuple[str, int], tuple[int, Evidence]] = {
     **{("sm_90a", h): _combine(h, at, f"pair/fused = {h200}; on the H100 {h100}")
