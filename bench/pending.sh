@@ -47,13 +47,17 @@
 #   42 ran it on an H100 (H 5120's edge moved to 640); the H200's run checks that edge there.
 # tables: every contender, BF16 weight, no residual, both passes in one process (`device_run.sh
 #   bench plain`; ~70 s a pass on an H100).
+# t1: the one-row calls kernel by kernel (bench/split.py) with BF16 and with FP32 weight, a process
+#   each, alternated twice, then with the read-only flush (~100 s): round 21's quick table had the
+#   FP32-weight backward at [1,256] / [1,512] 6-11% faster than the BF16 one on the H200, though the
+#   two kernels' SASS differ only in the weight's load (docs/performance.md, round 43).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush tables"  # the order they run in
+STEP_NAMES="check suite groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -160,6 +164,18 @@ if [[ $STEPS == *" flush "* ]]; then
   for f in rewrite read; do
     DEADLINE=$(left) SPLIT_ARGS="--no-baselines --flush $f --shapes bwd:1024x256,bwd:65536x256,bwd:65536x512,bwd:65536x4096,fwd:65536x256,fwd:65536x4096" \
     LOG=$LOGS/flush-$f OUT=/tmp/step_out bash bench/device_run.sh split
+  done
+fi
+if [[ $STEPS == *" t1 "* ]]; then
+  for i in 1 2; do
+    for w in bf16 fp32; do
+      DEADLINE=$(left) SPLIT_ARGS="--weight $w --shapes bwd:1x256,bwd:1x512,bwd:1x1536,fwd:1x256,fwd:1x1536" \
+      LOG=$LOGS/t1-$w-$i OUT=/tmp/step_out bash bench/device_run.sh split
+    done
+  done
+  for w in bf16 fp32; do
+    DEADLINE=$(left) SPLIT_ARGS="--weight $w --flush read --shapes bwd:1x256,bwd:1x512" \
+    LOG=$LOGS/t1-$w-read OUT=/tmp/step_out bash bench/device_run.sh split
   done
 fi
 if [[ $STEPS == *" tables "* ]]; then
