@@ -49,7 +49,7 @@
 #   bench plain`; ~70 s a pass on an H100).
 # t1: the one-row calls kernel by kernel (bench/split.py) with BF16 and with FP32 weight, a process
 #   each, alternated twice, then with the read-only flush (~100 s): round 21's quick table had the
-#   FP32-weight backward at [1,256] / [1,512] 6-11% faster than the BF16 one on the H200, though the
+#   FP32-weight backward at [1,256] / [1,512] 6-12% faster than the BF16 one on the H200, though the
 #   two kernels' SASS differ only in the weight's load (docs/performance.md, round 43).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
@@ -167,15 +167,12 @@ if [[ $STEPS == *" flush "* ]]; then
   done
 fi
 if [[ $STEPS == *" t1 "* ]]; then
-  for i in 1 2; do
+  for run in 1 2 read; do  # the benchmark's flush twice, then the read-only one
+    args="--shapes bwd:1x256,bwd:1x512,bwd:1x1536,fwd:1x256,fwd:1x1536"
+    [[ $run == read ]] && args="--flush read --shapes bwd:1x256,bwd:1x512"
     for w in bf16 fp32; do
-      DEADLINE=$(left) SPLIT_ARGS="--weight $w --shapes bwd:1x256,bwd:1x512,bwd:1x1536,fwd:1x256,fwd:1x1536" \
-      LOG=$LOGS/t1-$w-$i OUT=/tmp/step_out bash bench/device_run.sh split
+      DEADLINE=$(left) SPLIT_ARGS="--weight $w $args" LOG=$LOGS/t1-$w-$run OUT=/tmp/step_out bash bench/device_run.sh split
     done
-  done
-  for w in bf16 fp32; do
-    DEADLINE=$(left) SPLIT_ARGS="--weight $w --flush read --shapes bwd:1x256,bwd:1x512" \
-    LOG=$LOGS/t1-$w-read OUT=/tmp/step_out bash bench/device_run.sh split
   done
 fi
 if [[ $STEPS == *" tables "* ]]; then
