@@ -49,15 +49,24 @@
 #   bench plain`; ~70 s a pass on an H100).
 # t1: the one-row calls kernel by kernel (bench/split.py) with BF16 and with FP32 weight, a process
 #   each, alternated twice, then with the read-only flush (~100 s): round 21's quick table had the
-#   FP32-weight backward at [1,256] / [1,512] 6-12% faster than the BF16 one on the H200, though the
-#   two kernels' SASS differ only in the weight's load (docs/performance.md, round 43).
+#   FP32-weight backward at [1,256] / [1,512] 6-12% faster than the BF16 one on the H200 (round 45,
+#   an H100: the kernel's own time; its cause a BF16 weight's unpacking issued before rstd's load).
+# place: bench/placement.py, the one-row backward at [1,256] / [1,512] with BF16 and FP32 weight at
+#   16 random placements of its six tensors, each beside PyTorch's add there, with the benchmark's
+#   flush and with the read-only one (~100 s): t1 (round 45, an H100) had the FP32-weight kernel
+#   0.1-0.2 us faster in each of two alternated processes; this step (round 45, an H100) had it
+#   faster at every placement, so the gap is the weight's, not the addresses'.
+# loadorder: bench/experiments/loadorder.patch (the fused form's loads in the order rstd, the rows,
+#   the weights, so that no load waits on another's data; round 45) beside the routed programs at
+#   1-512 rows of every tuned width, BF16 and FP32 weight and the residual (bench/variants.py
+#   --old-only, a process each; its bits must be "same"), ~100 s a process.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite place loadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -95,6 +104,20 @@ if [[ $STEPS == *" check "* ]]; then
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh partition engines
+fi
+if [[ $STEPS == *" place "* ]]; then
+  for f in rewrite read; do
+    DEADLINE=$(left) PLACEMENT_ARGS="--widths 256,512 --placements 16 --flush $f" LOG=$LOGS/place-$f \
+    OUT=/tmp/step_out bash bench/device_run.sh placement
+  done
+fi
+if [[ $STEPS == *" loadorder "* ]]; then
+  if [[ ! -f .variants/loadorder/build.json ]]; then echo "pending: loadorder needs .variants/loadorder"; else
+    for v in "" "--residual" "--weight fp32"; do
+      DEADLINE=$(left) VARIANT_TREES=".variants/loadorder/" LOG=$LOGS/loadorder${v// /} OUT=/tmp/step_out \
+      VARIANT_ARGS="--old-only --passes bwd --tokens 1,16,256,512 $v" bash bench/device_run.sh variants
+    done
+  fi
 fi
 if [[ $STEPS == *" groups "* ]]; then
   if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
