@@ -56,10 +56,11 @@
 #   flush and with the read-only one (~100 s): t1 (round 45, an H100) had the FP32-weight kernel
 #   0.1-0.2 us faster in each of two alternated processes; this step (round 45, an H100) had it
 #   faster at every placement, so the gap is the weight's, not the addresses'.
-# loadorder: bench/experiments/loadorder.patch (the fused form's loads in the order rstd, the rows,
-#   the weights, so that no load waits on another's data; round 45) beside the routed programs at
-#   1-512 rows of every tuned width, BF16 and FP32 weight and the residual (bench/variants.py
-#   --old-only, a process each; its bits must be "same"), ~100 s a process.
+# loadorder: the fused form's loads in the order rstd, the rows, the weights (round 45: backward_fused.cuh
+#   fused_dx_rows; timed on an H100 at H 256 / 512 / 1536, BF16 weight, 1-256 rows only) against the
+#   programs before it (.variants/a32f68f, carried: commit a32f68f's) at 1-512 rows of every tuned
+#   width, BF16 weight, the residual and FP32 weight (bench/variants.py --old-only, a process each,
+#   ~100 s; bits must be "same"). Run it after suite: `bash bench/pending.sh suite loadorder`.
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
@@ -112,9 +113,9 @@ if [[ $STEPS == *" place "* ]]; then
   done
 fi
 if [[ $STEPS == *" loadorder "* ]]; then
-  if [[ ! -f .variants/loadorder/build.json ]]; then echo "pending: loadorder needs .variants/loadorder"; else
+  if [[ ! -f .variants/a32f68f/build.json ]]; then echo "pending: loadorder needs .variants/a32f68f carried"; else
     for v in "" "--residual" "--weight fp32"; do
-      DEADLINE=$(left) VARIANT_TREES=".variants/loadorder/" LOG=$LOGS/loadorder${v// /} OUT=/tmp/step_out \
+      DEADLINE=$(left) VARIANT_TREES=".variants/a32f68f/" LOG=$LOGS/loadorder${v// /} OUT=/tmp/step_out \
       VARIANT_ARGS="--old-only --passes bwd --tokens 1,16,256,512 $v" bash bench/device_run.sh variants
     done
   fi

@@ -271,15 +271,18 @@ __device__ __forceinline__ void fused_dx_rows(const BackwardArgs& a, const Geom&
     row[k] = (cta * K + k) * G.rpc + G.group;
     live[k] = row[k] < a.rows;
   });
-  WeightSlice<WT> w[Geom::template wregs<HC>()];
-  G.template load_weights<kWRegs>(wp, w);
+  // Every load goes out before any loaded value is used: rstd, the rows, the weights last. With the
+  // weights first, ptxas put a BF16 weight's unpacking before rstd's load (and g_residual's), and
+  // the warp waited out the weight's DRAM round trip before issuing them (bench/load_order.py).
+  // H100, bench/variants.py against the weights first, same bits: [1,256] 1.86 -> 1.73 us, [1,512]
+  // 1.84 -> 1.63, [1,1536] 1.79 -> 1.76, 16-256 rows 0.99-1.00x (docs/performance.md, round 45).
+  float r[K], dot[K];
+  for_rows<K>([&](auto k) { r[k] = live[k] ? a.rstd[row[k]] : 0.f; });
   RowData<VMAX, N> d[K];
   for_rows<K>([&](auto k) { d[k].template load<true>(G, in.src, in.views, row[k], live[k]); });
-  float r[K], dot[K];
-  for_rows<K>([&](auto k) {
-    r[k] = live[k] ? a.rstd[row[k]] : 0.f;
-    dot[k] = live[k] ? slice_dot<kWRegs>(G, d[k].v[0], d[k].v[1], w, wp) : 0.f;
-  });
+  WeightSlice<WT> w[Geom::template wregs<HC>()];
+  G.template load_weights<kWRegs>(wp, w);
+  for_rows<K>([&](auto k) { dot[k] = live[k] ? slice_dot<kWRegs>(G, d[k].v[0], d[k].v[1], w, wp) : 0.f; });
   // The one row's dw before the dot's all-reduce: its stores are in flight while the warps reduce.
   if constexpr (ROW_DW) store_row_dw(G, a.dw, d[0].v[0], d[0].v[1], r[0]);
   for_rows<K>([&](auto k) { dot[k] = row_allsum(dot[k], G.warps, &slots[(k * G.rpc + G.group) * G.warps]); });
