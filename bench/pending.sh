@@ -61,13 +61,17 @@
 #   programs before it (.variants/a32f68f, carried: commit a32f68f's) at 1-512 rows of every tuned
 #   width, BF16 weight, the residual and FP32 weight (bench/variants.py --old-only, a process each,
 #   ~100 s; bits must be "same"). Run it after suite: `bash bench/pending.sh suite loadorder`.
+# fwdloadorder: bench/experiments/fwdloadorder.patch (the forward's weights loaded after the row's
+#   slices, by live rows only, so that the wide rows no longer issue them after x's squares; round
+#   45) beside the routed programs at 1-65536 rows of every tuned width, BF16 and FP32 weight and the
+#   residual (bench/variants.py --old-only, a process each, ~130 s; bits must be "same").
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite place loadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite place loadorder fwdloadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -117,6 +121,14 @@ if [[ $STEPS == *" loadorder "* ]]; then
     for v in "" "--residual" "--weight fp32"; do
       DEADLINE=$(left) VARIANT_TREES=".variants/a32f68f/" LOG=$LOGS/loadorder${v// /} OUT=/tmp/step_out \
       VARIANT_ARGS="--old-only --passes bwd --tokens 1,16,256,512 $v" bash bench/device_run.sh variants
+    done
+  fi
+fi
+if [[ $STEPS == *" fwdloadorder "* ]]; then
+  if [[ ! -f .variants/fwdloadorder/build.json ]]; then echo "pending: fwdloadorder needs .variants/fwdloadorder"; else
+    for v in "" "--weight fp32" "--residual"; do
+      DEADLINE=$(left) VARIANT_TREES=".variants/fwdloadorder/" LOG=$LOGS/fwdloadorder${v// /} OUT=/tmp/step_out \
+      VARIANT_ARGS="--old-only --passes fwd --tokens 1,16,256,1024,4096,65536 $v" bash bench/device_run.sh variants
     done
   fi
 fi
