@@ -96,6 +96,14 @@ ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual var
     LOG=$LOGS/$1$i OUT=/tmp/step_out bash bench/device_run.sh partition
   done
 }
+tree_step() {  # tree_step NAME TREE ARGS: .variants/TREE's programs beside the routed ones (bench/variants.py
+  # --old-only ARGS), the BF16-weight, FP32-weight and residual rows a process each
+  local v
+  for v in "" "--weight fp32" "--residual"; do
+    DEADLINE=$(left) VARIANT_TREES=".variants/$2/" LOG=$LOGS/$1${v// /} OUT=/tmp/step_out \
+    VARIANT_ARGS="--old-only $3 $v" bash bench/device_run.sh variants
+  done
+}
 tuning_step() {  # tuning_step NAME ARGS: backward tuning arguments beside the routed programs (bench/variants.py)
   DEADLINE=$(left) VARIANT_TREES=none LOG=$LOGS/$1 OUT=/tmp/step_out VARIANT_ARGS="--passes bwd $2" \
   bash bench/device_run.sh variants
@@ -116,31 +124,18 @@ if [[ $STEPS == *" place "* ]]; then
     OUT=/tmp/step_out bash bench/device_run.sh placement
   done
 fi
-if [[ $STEPS == *" loadorder "* ]]; then
-  if [[ ! -f .variants/a32f68f/build.json ]]; then echo "pending: loadorder needs .variants/a32f68f carried"; else
-    for v in "" "--residual" "--weight fp32"; do
-      DEADLINE=$(left) VARIANT_TREES=".variants/a32f68f/" LOG=$LOGS/loadorder${v// /} OUT=/tmp/step_out \
-      VARIANT_ARGS="--old-only --passes bwd --tokens 1,16,256,512 $v" bash bench/device_run.sh variants
-    done
-  fi
-fi
-if [[ $STEPS == *" fwdloadorder "* ]]; then
-  if [[ ! -f .variants/fwdloadorder/build.json ]]; then echo "pending: fwdloadorder needs .variants/fwdloadorder"; else
-    for v in "" "--weight fp32" "--residual"; do
-      DEADLINE=$(left) VARIANT_TREES=".variants/fwdloadorder/" LOG=$LOGS/fwdloadorder${v// /} OUT=/tmp/step_out \
-      VARIANT_ARGS="--old-only --passes fwd --tokens 1,16,256,1024,4096,65536 $v" bash bench/device_run.sh variants
-    done
-  fi
-fi
+# loadorder / fwdloadorder, each NAME:TREE:ARGS: .variants/TREE beside the routed programs (tree_step)
+for step in loadorder:a32f68f:"--passes bwd --tokens 1,16,256,512" \
+            fwdloadorder:fwdloadorder:"--passes fwd --tokens 1,16,256,1024,4096,65536"; do
+  IFS=: read -r name tree args <<< "$step"
+  [[ $STEPS == *" $name "* ]] || continue
+  if [[ -f .variants/$tree/build.json ]]; then tree_step "$name" "$tree" "$args"; else echo "pending: $name needs .variants/$tree"; fi
+done
 if [[ $STEPS == *" groups "* ]]; then
   if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
     [[ $STEPS == *" check "* || $STEPS == *" suite "* ]] || { DEADLINE=$(left) LOG=$LOGS/groups-suite \
       OUT=/tmp/step_out bash bench/device_run.sh gputests || { echo "pending: the GPU suite failed"; exit 1; }; }
-    for v in "" "--weight fp32" "--residual"; do
-      DEADLINE=$(left) VARIANT_TREES=".variants/head/" LOG=$LOGS/groups${v// /} OUT=/tmp/step_out \
-      VARIANT_ARGS="--old-only --passes bwd --widths 1536,5120 --tokens 256,320,384,448,512 $v" \
-      bash bench/device_run.sh variants
-    done
+    tree_step groups head "--passes bwd --widths 1536,5120 --tokens 256,320,384,448,512"
     for v in "" "--weight fp32"; do
       for wt in "1536 384,448,512,576,640" "5120 512,576,640,704,768"; do
         set -- $wt
