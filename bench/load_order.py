@@ -69,14 +69,12 @@ def late_loads(body: list[str]) -> tuple[int | None, list[str]]:
 def kernels(cubin: Path, cuobjdump: str) -> dict[str, list[str]]:
     """{demangled kernel name: its SASS instructions in order} of a cubin."""
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    out = {}
-    for part in re.split(r"\n\s*Function : ", sass)[1:]:
-        mangled = part.split("\n", 1)[0].strip()
-        body = [re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*", "", line).split(" ;")[0].strip()
-                for line in part.split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-        name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip() or mangled
-        out[name] = body
-    return out
+    parts = re.split(r"\n\s*Function : ", sass)[1:]
+    mangled = [part.split("\n", 1)[0].strip() for part in parts]
+    names = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True).stdout.split("\n")
+    return {name or m: [re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*", "", line).split(" ;")[0].strip()
+                        for line in part.split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+            for m, name, part in zip(mangled, names, parts)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.cuobjdump or not Path(a.cuobjdump).exists():
         raise SystemExit("load_order: no cuobjdump: pass --cuobjdump PATH (pip download nvidia-cuda-cuobjdump has one)")
     include, progs = tree_programs(a.tree)
-    keys = [k for k in (a.keys.split(",") if a.keys else sorted(progs))]
+    keys = a.keys.split(",") if a.keys else sorted(progs)
     unknown = [k for k in keys if k not in progs]
     if unknown:
         raise SystemExit(f"load_order: no program {unknown} in {a.tree}; known: {sorted(progs)}")

@@ -98,6 +98,7 @@ ring_step() {  # ring_step NAME WIDTHS TOKENS COUNTS: each weight / residual var
 }
 tree_step() {  # tree_step NAME TREE ARGS: .variants/TREE's programs beside the routed ones (bench/variants.py
   # --old-only ARGS), the BF16-weight, FP32-weight and residual rows a process each
+  [[ -f .variants/$2/build.json ]] || { echo "pending: $1 needs .variants/$2"; return; }
   local v
   for v in "" "--weight fp32" "--residual"; do
     DEADLINE=$(left) VARIANT_TREES=".variants/$2/" LOG=$LOGS/$1${v// /} OUT=/tmp/step_out \
@@ -124,13 +125,8 @@ if [[ $STEPS == *" place "* ]]; then
     OUT=/tmp/step_out bash bench/device_run.sh placement
   done
 fi
-# loadorder / fwdloadorder, each NAME:TREE:ARGS: .variants/TREE beside the routed programs (tree_step)
-for step in loadorder:a32f68f:"--passes bwd --tokens 1,16,256,512" \
-            fwdloadorder:fwdloadorder:"--passes fwd --tokens 1,16,256,1024,4096,65536"; do
-  IFS=: read -r name tree args <<< "$step"
-  [[ $STEPS == *" $name "* ]] || continue
-  if [[ -f .variants/$tree/build.json ]]; then tree_step "$name" "$tree" "$args"; else echo "pending: $name needs .variants/$tree"; fi
-done
+[[ $STEPS == *" loadorder "* ]] && tree_step loadorder a32f68f "--passes bwd --tokens 1,16,256,512"
+[[ $STEPS == *" fwdloadorder "* ]] && tree_step fwdloadorder fwdloadorder "--passes fwd --tokens 1,16,256,1024,4096,65536"
 if [[ $STEPS == *" groups "* ]]; then
   if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
     [[ $STEPS == *" check "* || $STEPS == *" suite "* ]] || { DEADLINE=$(left) LOG=$LOGS/groups-suite \

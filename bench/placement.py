@@ -47,7 +47,7 @@ class Placement:
 
     def tensor(self, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
         """The view of `name`'s slot as `dtype` of `shape`."""
-        n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+        n = torch.Size(shape).numel() * dtype.itemsize
         o = self.offsets[name]
         return self.pool[o:o + n].view(dtype).view(shape)
 
