@@ -62,8 +62,9 @@
 #   width, BF16 weight, the residual and FP32 weight (bench/variants.py --old-only, a process each,
 #   ~100 s; bits must be "same"). Run it after suite: `bash bench/pending.sh suite loadorder`.
 # fwdloadorder: bench/experiments/fwdloadorder.patch (the forward's weights loaded after the row's
-#   slices, by live rows only, so that the wide rows no longer issue them after x's squares; round
-#   45) beside the routed programs at 1-65536 rows of every tuned width, BF16 and FP32 weight and the
+#   slices, by live rows only, so that the wide rows no longer issue them after x's squares, and
+#   the residual's h stored beside y, so that H 2048 / 4096's residual rows issue every slice's
+#   load before slice 0's add; rounds 45-46) beside the routed programs at 1-65536 rows of every tuned width, BF16 and FP32 weight and the
 #   residual (bench/variants.py --old-only, a process each, ~130 s; bits must be "same").
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
