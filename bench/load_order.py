@@ -67,7 +67,8 @@ def late_loads(body: list[str]) -> tuple[int | None, list[str]]:
 
 
 def kernels(cubin: Path, cuobjdump: str) -> dict[str, list[str]]:
-    """{demangled kernel name: its SASS instructions in order} of a cubin."""
+    """{demangled kernel name: its SASS instructions in order} of a cubin (or a built program's
+    library, whose fatbin cuobjdump reads alike)."""
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     parts = re.split(r"\n\s*Function : ", sass)[1:]
     mangled = [part.split("\n", 1)[0].strip() for part in parts]
@@ -75,6 +76,32 @@ def kernels(cubin: Path, cuobjdump: str) -> dict[str, list[str]]:
     return {name or m: [re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*", "", line).split(" ;")[0].strip()
                         for line in part.split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", line)]
             for m, name, part in zip(mangled, names, parts)}
+
+
+def scan(binary: Path, cuobjdump: str, max_first_use: int | None = 100) -> list[tuple[str, int | None, list[str]]]:
+    """(kernel name, index of its first use of loaded data, the loads issued after it) for each
+    kernel of a cubin or library; kernels whose first use lies past max_first_use (a loop's body)
+    or that have none are left out unless max_first_use is None."""
+    out = []
+    for name, body in kernels(binary, cuobjdump).items():
+        first_use, late = late_loads(body)
+        if max_first_use is None or (first_use is not None and first_use <= max_first_use):
+            out.append((name, first_use, late))
+    return out
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump on PATH, else the one of pip's nvidia-cuda-cuobjdump (the test extra's)."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for cand in sorted(Path(root).glob("cu*/bin/cuobjdump")) + sorted(Path(root).glob("cuda_cuobjdump/bin/cuobjdump")):
+            if cand.is_file():
+                return str(cand)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-first-use", type=int, default=100,
                     help="leave out kernels whose first use comes later (a loop's body), unless --all")
     ap.add_argument("--all", action="store_true", help="every kernel, clean ones and loops too")
-    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "",
+    ap.add_argument("--cuobjdump", default=find_cuobjdump() or "",
                     help="cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump)")
     a = ap.parse_args(argv)
     if not a.cuobjdump or not Path(a.cuobjdump).exists():
@@ -101,11 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         cubins = {k: pool.submit(compile_cubin, *progs[k], include, a.arch, Path(tmp) / f"{k}.cubin") for k in keys}
         for key in keys:
             cubins[key].result()
-            for name, body in kernels(Path(tmp) / f"{key}.cubin", a.cuobjdump).items():
-                if a.kernels and not re.search(a.kernels, name):
-                    continue
-                first_use, late = late_loads(body)
-                if not a.all and (not late or first_use is None or first_use > a.max_first_use):
+            for name, first_use, late in scan(Path(tmp) / f"{key}.cubin", a.cuobjdump,
+                                              None if a.all else a.max_first_use):
+                if (a.kernels and not re.search(a.kernels, name)) or (not a.all and not late):
                     continue
                 flagged += bool(late)
                 print(f"{'LATE' if late else 'ok  '} {key}: {name}  first use @{first_use}"

@@ -160,6 +160,50 @@ def test_runtime_prefers_the_aot_folder(aot_dir, monkeypatch, tmp_path):
     assert P.find_built(p, "sm_90a") == aot_dir / "sm_90a" / f"{p.name}.so"
 
 
+def _load_order():
+    """bench/load_order.py as a module."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import load_order
+    finally:
+        sys.path.pop(0)
+    return load_order
+
+
+def test_load_order_finds_a_load_issued_after_loaded_data_is_used():
+    """The scan behind the next test: a load whose issue follows the first use of an earlier
+    load's registers is late (two DRAM round trips in a row), a load from a loaded address too."""
+    lo = _load_order()
+    clean = ["LDG.E.128 R4, desc[UR4][R4.64]", "LDG.E R8, desc[UR4][R2.64]",
+             "IMAD.U32 R0, R4, 0x10000, RZ", "FMUL R1, R0, R8", "SHFL.BFLY PT, R2, R1, 0x1, 0x1f",
+             "LDG.E R9, desc[UR4][R1.64]"]  # past the first shuffle: a loop's concern, not the prologue's
+    assert lo.late_loads(clean) == (2, [])
+    late = ["LDG.E.128 R4, desc[UR4][R4.64]", "LOP3.LUT R12, R7, 0xffff0000, RZ, 0xc0, !PT",
+            "@!P0 LDG.E R31, desc[UR4][R2.64]"]  # R7: the 16-byte load's last register
+    assert lo.late_loads(late) == (1, ["@!P0 LDG.E R31, desc[UR4][R2.64]"])
+    chained = ["LDG.E.64 R2, desc[UR4][R10.64]", "LDG.E R5, desc[UR4][R2.64]"]  # a loaded address
+    assert lo.late_loads(chained) == (1, ["LDG.E R5, desc[UR4][R2.64]"])
+
+
+def test_no_backward_row_or_fused_kernel_waits_on_one_load_before_issuing_another(aot_dir):
+    """Round 45's load order (backward_fused.cuh fused_dx_rows: rstd, the rows, then the
+    weights): before it, ptxas issued rstd's load after a BF16 weight's unpacking in 88 of the
+    tuned backward row / fused kernels, and the one-row call waited out two DRAM round trips
+    (0.1-0.2 us on an H100). Every such kernel of every tuned backward program, read from its
+    sm_90a library's SASS, issues each prologue load before any loaded value is used."""
+    lo = _load_order()
+    cuobjdump = lo.find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump (the test extra installs nvidia-cuda-cuobjdump)")
+    for p in P.programs():
+        if not p.key.startswith("bwd_h"):
+            continue
+        scanned = lo.scan(aot_dir / "sm_90a" / f"{p.name}.so", cuobjdump)
+        assert any("backward_fused_kernel" in name for name, _, _ in scanned), f"{p.key}: no fused kernel read"
+        late = [(name, late) for name, _, late in scanned if late]
+        assert not late, f"{p.key}: loads issued after loaded data is used: {late}"
+
+
 def _build_in_child(out: str, key: str, q) -> None:
     try:
         lib = P.build_program(P.program_by_key(key), "sm_90a", Path(out))
