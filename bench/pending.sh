@@ -66,13 +66,17 @@
 #   the residual's h stored beside y, so that H 2048 / 4096's residual rows issue every slice's
 #   load before slice 0's add; rounds 45-46) beside the routed programs at 1-65536 rows of every tuned width, BF16 and FP32 weight and the
 #   residual (bench/variants.py --old-only, a process each, ~130 s; bits must be "same").
+# wideorder: bench/experiments/wideorder.patch (the fused form's weights loaded first again from H
+#   4096; round 46's run of loadorder on an H100 had [1,6144] 4.4% slower with them last) beside the
+#   routed programs at 1-256 rows of H 2048-6144, BF16 and FP32 weight and the residual
+#   (bench/variants.py --old-only, a process each, ~120 s; bits must be "same").
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite place loadorder fwdloadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite place loadorder wideorder fwdloadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -127,6 +131,7 @@ if [[ $STEPS == *" place "* ]]; then
   done
 fi
 [[ $STEPS == *" loadorder "* ]] && tree_step loadorder a32f68f "--passes bwd --tokens 1,16,256,512"
+[[ $STEPS == *" wideorder "* ]] && tree_step wideorder wideorder "--passes bwd --widths 2048,4096,5120,6144 --tokens 1,16,256"
 [[ $STEPS == *" fwdloadorder "* ]] && tree_step fwdloadorder fwdloadorder "--passes fwd --tokens 1,16,256,1024,4096,65536"
 if [[ $STEPS == *" groups "* ]]; then
   if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
