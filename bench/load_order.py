@@ -19,6 +19,7 @@ the one-row backward 0.1-0.2 us against the FP32-weight kernel (bench/placement.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -93,15 +94,10 @@ def scan(binary: Path, cuobjdump: str, max_first_use: int | None = 100) -> list[
 def find_cuobjdump() -> str | None:
     """cuobjdump on PATH, else the one of pip's nvidia-cuda-cuobjdump (the test extra's)."""
     found = shutil.which("cuobjdump")
-    if found:
-        return found
-    import importlib.util
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for cand in sorted(Path(root).glob("cu*/bin/cuobjdump")) + sorted(Path(root).glob("cuda_cuobjdump/bin/cuobjdump")):
-            if cand.is_file():
-                return str(cand)
-    return None
+    spec = None if found else importlib.util.find_spec("nvidia")
+    for root in spec.submodule_search_locations if spec else []:  # nvidia/cu<major>/bin/cuobjdump
+        found = found or next((str(c) for c in sorted(Path(root).glob("cu*/bin/cuobjdump"))), None)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

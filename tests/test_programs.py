@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import shutil
@@ -160,20 +161,19 @@ def test_runtime_prefers_the_aot_folder(aot_dir, monkeypatch, tmp_path):
     assert P.find_built(p, "sm_90a") == aot_dir / "sm_90a" / f"{p.name}.so"
 
 
-def _load_order():
-    """bench/load_order.py as a module."""
+def _bench_module(name: str):
+    """bench/<name>.py as a module (bench/ is scripts, not a package)."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import load_order
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return load_order
 
 
 def test_load_order_finds_a_load_issued_after_loaded_data_is_used():
     """The scan behind the next test: a load whose issue follows the first use of an earlier
     load's registers is late (two DRAM round trips in a row), a load from a loaded address too."""
-    lo = _load_order()
+    lo = _bench_module("load_order")
     clean = ["LDG.E.128 R4, desc[UR4][R4.64]", "LDG.E R8, desc[UR4][R2.64]",
              "IMAD.U32 R0, R4, 0x10000, RZ", "FMUL R1, R0, R8", "SHFL.BFLY PT, R2, R1, 0x1, 0x1f",
              "LDG.E R9, desc[UR4][R1.64]"]  # past the first shuffle: a loop's concern, not the prologue's
@@ -191,7 +191,7 @@ def test_no_backward_row_or_fused_kernel_waits_on_one_load_before_issuing_anothe
     tuned backward row / fused kernels, and the one-row call waited out two DRAM round trips
     (0.1-0.2 us on an H100). Every such kernel of every tuned backward program, read from its
     sm_90a library's SASS, issues each prologue load before any loaded value is used."""
-    lo = _load_order()
+    lo = _bench_module("load_order")
     cuobjdump = lo.find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("no cuobjdump (the test extra installs nvidia-cuda-cuobjdump)")
@@ -200,8 +200,8 @@ def test_no_backward_row_or_fused_kernel_waits_on_one_load_before_issuing_anothe
             continue
         scanned = lo.scan(aot_dir / "sm_90a" / f"{p.name}.so", cuobjdump)
         assert any("backward_fused_kernel" in name for name, _, _ in scanned), f"{p.key}: no fused kernel read"
-        late = [(name, late) for name, _, late in scanned if late]
-        assert not late, f"{p.key}: loads issued after loaded data is used: {late}"
+        flagged = [(name, late) for name, _, late in scanned if late]
+        assert not flagged, f"{p.key}: loads issued after loaded data is used: {flagged}"
 
 
 def _build_in_child(out: str, key: str, q) -> None:
@@ -272,12 +272,7 @@ def experiment_tree():
     """bench/experiment_tree.py as a module (it needs GNU patch)."""
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import experiment_tree as mod
-    finally:
-        sys.path.pop(0)
-    return mod
+    return _bench_module("experiment_tree")
 
 
 def test_every_experiment_patch_applies_to_the_routed_sources(experiment_tree, tmp_path):
@@ -307,11 +302,7 @@ def test_an_experiment_patch_that_does_not_apply_leaves_no_tree(experiment_tree,
 def test_sass_identity_compares_kernels_byte_by_byte(experiment_tree, tmp_path, capsys):
     """bench/sass_identity.py: a tree of the routed sources compiles to the same kernels as the
     repository; a kernel it cannot find under its name counts as gone and fails the check."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import sass_identity
-    finally:
-        sys.path.pop(0)
+    sass_identity = _bench_module("sass_identity")
     tree = tmp_path / "routed"
     experiment_tree.make_tree(tree, [])
     assert sass_identity.main([str(tree), "--keys", "fwd_h512"]) == 0
