@@ -70,13 +70,17 @@
 #   4096; round 46's run of loadorder on an H100 had [1,6144] 4.4% slower with them last) beside the
 #   routed programs at 1-256 rows of H 2048-6144, BF16 and FP32 weight and the residual
 #   (bench/variants.py --old-only, a process each, ~120 s; bits must be "same").
+# butterfly: bench/experiments/butterfly.patch (the fused backward form's dot and the wide forward
+#   rows' sum of squares several butterfly levels a round, the same bits; round 47) beside the
+#   routed programs at 1-256 rows of every tuned width, both passes, BF16 and FP32 weight and the
+#   residual (bench/variants.py --old-only, a process each, ~300 s; bits must be "same").
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite place loadorder wideorder fwdloadorder groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite place loadorder wideorder fwdloadorder butterfly groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -133,6 +137,7 @@ fi
 [[ $STEPS == *" loadorder "* ]] && tree_step loadorder a32f68f "--passes bwd --tokens 1,16,256,512"
 [[ $STEPS == *" wideorder "* ]] && tree_step wideorder wideorder "--passes bwd --widths 2048,4096,5120,6144 --tokens 1,16,256"
 [[ $STEPS == *" fwdloadorder "* ]] && tree_step fwdloadorder fwdloadorder "--passes fwd --tokens 1,16,256,1024,4096,65536"
+[[ $STEPS == *" butterfly "* ]] && tree_step butterfly butterfly "--tokens 1,16,256"
 if [[ $STEPS == *" groups "* ]]; then
   if [[ ! -f .variants/head/build.json ]]; then echo "pending: groups needs .variants/head carried"; else
     [[ $STEPS == *" check "* || $STEPS == *" suite "* ]] || { DEADLINE=$(left) LOG=$LOGS/groups-suite \
