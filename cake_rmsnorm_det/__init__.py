@@ -6,7 +6,7 @@ CUDA programs loaded through TVM-FFI.
     y, h_new, rstd = crd.forward(x, w, eps, residual=r)
     dx, dw = crd.backward(g, x, w, rstd)
     y = crd.rmsnorm(x, w, eps=1e-6)
-    norm = crd.RMSNorm(4096, dtype=torch.float32)
+    norm = crd.RMSNorm(4096, eps=1e-6, dtype=torch.float32)  # eps=None: finfo(x.dtype).eps, as torch
     crd.explain_route("bwd", hidden=4096, tokens=65536, weight_dtype=torch.bfloat16)
 """
 

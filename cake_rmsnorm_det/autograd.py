@@ -69,11 +69,20 @@ def _backward(ctx, grad_y: Optional[Tensor], grad_h: Optional[Tensor], grad_rstd
 torch.library.register_autograd(f"{_NS}::rmsnorm_fwd", _backward, setup_context=_setup_context)
 
 
-def rmsnorm(x: Tensor, weight: Tensor, eps: float = 1e-6,
+def _resolve_eps(eps: Optional[float], x: Tensor) -> float:
+    # None is torch.nn.RMSNorm's default: the machine epsilon of the input's dtype (2**-7 for BF16).
+    return torch.finfo(x.dtype).eps if eps is None else eps
+
+
+def rmsnorm(x: Tensor, weight: Tensor, eps: Optional[float] = 1e-6,
             residual: Optional[Tensor] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """Deterministic RMSNorm with autograd: ``y``, or ``(y, h_new)`` with a residual.
 
+    ``eps=None`` takes ``torch.finfo(x.dtype).eps``, as ``torch.nn.functional.rms_norm`` does.
     Gradients flow to x, residual and weight (dw is computed in FP32, cast to weight's dtype)."""
+    eps = _resolve_eps(eps, x)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        raise TypeError(f"eps must be a float or None, got {type(eps).__name__}")
     y, h, _ = _fwd_op(x, weight, residual, float(eps))
     return (y, h) if residual is not None else y
 
@@ -83,7 +92,8 @@ class RMSNorm(torch.nn.Module):
 
     Args:
         normalized_shape: H, or a one-element sequence ``(H,)``.
-        eps: added to the mean square (default 1e-6).
+        eps: added to the mean square; None (the default, as in torch.nn.RMSNorm) takes
+            ``torch.finfo(x.dtype).eps`` at each call (2**-7 for BF16 x). LLMs usually pass 1e-5 / 1e-6.
         elementwise_affine: learn a weight (initialised to ones); without it the weight is 1.
         device, dtype: of the weight (BF16 or FP32).
 
@@ -92,7 +102,7 @@ class RMSNorm(torch.nn.Module):
 
     __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
 
-    def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: Optional[float] = 1e-6,
+    def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: Optional[float] = None,
                  elementwise_affine: bool = True, device=None, dtype=None) -> None:
         super().__init__()
         if isinstance(normalized_shape, numbers.Integral):
@@ -101,7 +111,7 @@ class RMSNorm(torch.nn.Module):
         if len(self.normalized_shape) != 1:
             raise ValueError("cake_rmsnorm_det.RMSNorm normalizes over the last dimension only: "
                              f"normalized_shape must be (H,), got {self.normalized_shape}")
-        self.eps = 1e-6 if eps is None else float(eps)
+        self.eps = None if eps is None else float(eps)
         self.elementwise_affine = elementwise_affine
         dtype = dtype if dtype is not None else torch.float32
         if dtype not in (torch.float32, torch.bfloat16):

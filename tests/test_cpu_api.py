@@ -154,6 +154,15 @@ def test_module_is_state_dict_compatible_with_torch():
     assert crd.RMSNorm(64, dtype=torch.bfloat16).weight.dtype == torch.bfloat16
 
 
+def test_module_defaults_match_torch():
+    # eps=None is torch.nn.RMSNorm's default (the input dtype's epsilon at each call)
+    assert repr(crd.RMSNorm(64)) == repr(torch.nn.RMSNorm(64))
+    assert crd.RMSNorm(64).eps is None and crd.RMSNorm(64, eps=1e-5).eps == 1e-5
+    x = torch.zeros(2, 64, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="eps"):
+        crd.rmsnorm(x, torch.ones(64), eps="1e-6")
+
+
 def test_flashinfer_style_aliases():
     assert crd.cake_rmsnorm_det_train_forward is crd.forward
     assert crd.cake_rmsnorm_det_train_backward is crd.backward

@@ -73,6 +73,14 @@ def test_module_mirrors_torch_rmsnorm(device):
     assert "512" in repr(ours) and "eps=1e-05" in repr(ours)
     nw = crd.RMSNorm(512, elementwise_affine=False, device=device)
     assert nw.weight is None and nw(x).shape == x.shape
+    # eps=None (torch's default) takes the BF16 input's epsilon, 2**-7, in the module and the function
+    bf16_eps = torch.finfo(torch.bfloat16).eps
+    assert bf16_eps == 2.0 ** -7
+    dflt = crd.RMSNorm(512, device=device)
+    y_none = dflt(x)
+    y_eps = crd.rmsnorm(x, dflt.weight, eps=bf16_eps)
+    assert torch.equal(y_none, y_eps) and torch.equal(crd.rmsnorm(x, dflt.weight, eps=None), y_eps)
+    assert not torch.equal(y_none, crd.rmsnorm(x, dflt.weight, eps=1e-6))
 
 
 def _model(device, wdtype=torch.float32):
