@@ -88,10 +88,11 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: Optional[float] = 1e-6,
 
 
 class RMSNorm(torch.nn.Module):
-    """Drop-in for ``torch.nn.RMSNorm`` over the last dimension, with deterministic kernels.
+    """Drop-in for ``torch.nn.RMSNorm``, with deterministic kernels.
 
     Args:
-        normalized_shape: H, or a one-element sequence ``(H,)``.
+        normalized_shape: H, or the trailing shape to normalize over (``(H,)``, or e.g. ``(4, 64)``:
+            the last dimensions, read as one row of their product, which must be a supported width).
         eps: added to the mean square; None (the default, as in torch.nn.RMSNorm) takes
             ``torch.finfo(x.dtype).eps`` at each call (2**-7 for BF16 x). LLMs usually pass 1e-5 / 1e-6.
         elementwise_affine: learn a weight (initialised to ones); without it the weight is 1.
@@ -108,9 +109,9 @@ class RMSNorm(torch.nn.Module):
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (int(normalized_shape),)
         self.normalized_shape = tuple(int(s) for s in normalized_shape)
-        if len(self.normalized_shape) != 1:
-            raise ValueError("cake_rmsnorm_det.RMSNorm normalizes over the last dimension only: "
-                             f"normalized_shape must be (H,), got {self.normalized_shape}")
+        if not self.normalized_shape or any(s < 1 for s in self.normalized_shape):
+            raise ValueError(f"normalized_shape must be H or a non-empty shape of positive sizes, got "
+                             f"{self.normalized_shape}")
         self.eps = None if eps is None else float(eps)
         self.elementwise_affine = elementwise_affine
         dtype = dtype if dtype is not None else torch.float32
@@ -133,7 +134,22 @@ class RMSNorm(torch.nn.Module):
         """y = RMSNorm(x) (BF16 x of last dimension normalized_shape); with `residual`, (y, h_new) where
         h_new = x + residual is normalized and returned for the next layer."""
         w = self.weight if self.weight is not None else self._ones
-        return rmsnorm(x, w, self.eps, residual)
+        k = len(self.normalized_shape)
+        if k == 1:
+            return rmsnorm(x, w, self.eps, residual)
+        # Several normalized dimensions: one row of their product (reshape copies only where the
+        # trailing dimensions cannot be merged in place; autograd flows through the views).
+        if not isinstance(x, Tensor) or tuple(x.shape[-k:]) != self.normalized_shape:
+            raise ValueError(f"x must end in the normalized shape {list(self.normalized_shape)}, got "
+                             f"{list(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        if residual is not None and (not isinstance(residual, Tensor) or residual.shape != x.shape):
+            raise ValueError(f"residual must have x's shape {list(x.shape)}, got "
+                             f"{list(residual.shape) if isinstance(residual, Tensor) else type(residual).__name__}")
+        rows = (*x.shape[:-k], w.numel())
+        out = rmsnorm(x.reshape(rows), w.reshape(-1), self.eps, None if residual is None else residual.reshape(rows))
+        if residual is None:
+            return out.view(x.shape)
+        return out[0].view(x.shape), out[1].view(x.shape)
 
     def extra_repr(self) -> str:
         """The module's arguments, as torch.nn.RMSNorm prints them."""

@@ -147,11 +147,47 @@ def test_module_is_state_dict_compatible_with_torch():
     ours.reset_parameters()
     assert bool((ours.weight == 1).all())
     assert crd.RMSNorm([64]).normalized_shape == (64,)
-    with pytest.raises(ValueError, match="last dimension"):
-        crd.RMSNorm((4, 64))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        crd.RMSNorm(())
     with pytest.raises(TypeError):
         crd.RMSNorm(64, dtype=torch.float16)
     assert crd.RMSNorm(64, dtype=torch.bfloat16).weight.dtype == torch.bfloat16
+
+
+def test_module_takes_several_normalized_dims_as_torch():
+    ours, theirs = crd.RMSNorm((4, 64), eps=1e-5), torch.nn.RMSNorm((4, 64), eps=1e-5)
+    ours.load_state_dict(theirs.state_dict())
+    assert ours.weight.shape == (4, 64) and repr(ours) == repr(theirs)
+    x = torch.zeros(3, 4, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="normalized shape"):
+        ours(torch.zeros(3, 64, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="residual"):
+        ours(x, torch.zeros(12, 64, dtype=torch.bfloat16))
+
+
+def test_module_reshapes_several_normalized_dims(monkeypatch):
+    # the module's plumbing on the CPU: the call it makes is the flat row's (the FP32 formula here)
+    calls = []
+
+    def flat(x, w, eps, residual=None):
+        calls.append((tuple(x.shape), tuple(w.shape), eps))
+        out = ref.forward_fp32(x, w, eps, residual)
+        return out[0] if residual is None else (out[0], out[1])
+
+    monkeypatch.setattr(crd.autograd, "rmsnorm", flat)
+    ours, theirs = crd.RMSNorm((4, 64), eps=1e-5), torch.nn.RMSNorm((4, 64), eps=1e-5)
+    with torch.no_grad():
+        theirs.weight.uniform_(0.5, 1.5)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(3, 5, 4, 64).to(torch.bfloat16)
+    y = ours(x)
+    assert calls[-1] == ((3, 5, 256), (256,), 1e-5) and y.shape == x.shape
+    y_ref = theirs(x.float())
+    assert (y.float() - y_ref).abs().max() <= 2 ** -6 * y_ref.abs().max()
+    r = torch.randn_like(x)
+    y2, h = ours(x, r)
+    assert y2.shape == h.shape == x.shape
+    assert torch.equal(h, (x.float() + r.float()).to(torch.bfloat16))
 
 
 def test_module_defaults_match_torch():

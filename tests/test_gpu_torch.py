@@ -83,6 +83,39 @@ def test_module_mirrors_torch_rmsnorm(device):
     assert not torch.equal(y_none, crd.rmsnorm(x, dflt.weight, eps=1e-6))
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_module_several_normalized_dims_is_the_flat_row(residual, device):
+    # normalized_shape (4, 64) normalizes rows of 256, as torch.nn.RMSNorm does: same bits as the
+    # flat call, gradients in the module's shapes
+    ours = crd.RMSNorm((4, 64), eps=EPS, device=device)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 5, 4, 64, device=device).to(torch.bfloat16).requires_grad_(True)
+    r = torch.randn_like(x).requires_grad_(True) if residual else None
+    out = ours(x, r)
+    y = out[0] if residual else out
+    flat = crd.rmsnorm(x.detach().reshape(3, 5, 256), ours.weight.detach().reshape(256), EPS,
+                       None if r is None else r.detach().reshape(3, 5, 256))
+    y_flat = flat[0] if residual else flat
+    assert y.shape == x.shape and bits_equal(y, y_flat.view(x.shape))
+    if residual:
+        assert out[1].shape == x.shape and bits_equal(out[1], flat[1].view(x.shape))
+    theirs = torch.nn.RMSNorm((4, 64), eps=EPS, device=device)
+    with torch.no_grad():
+        theirs.weight.copy_(ours.weight)
+    h = (x.detach().float() + r.detach().float()).to(torch.bfloat16) if residual else x.detach()
+    y_ref = theirs(h.float())
+    assert (y.float() - y_ref).abs().max() <= 2 ** -6 * y_ref.abs().max()
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    assert x.grad.shape == x.shape and ours.weight.grad.shape == (4, 64)
+    _, rstd = crd.forward(h.reshape(-1, 256), ours.weight.detach().reshape(256), EPS)
+    dx, dw = crd.backward(gy.reshape(-1, 256), h.reshape(-1, 256), ours.weight.detach().reshape(256), rstd)
+    assert bits_equal(x.grad.reshape(-1, 256), dx) and bits_equal(ours.weight.grad.reshape(256), dw)
+    if residual:
+        assert bits_equal(r.grad, x.grad)
+
+
 def _model(device, wdtype=torch.float32):
     class Block(torch.nn.Module):
         def __init__(self):
