@@ -4,6 +4,9 @@
 # bench/experiments/ holds a patch):
 #   python3 bench/experiment_tree.py .variants/<patch name> bench/experiments/<patch name>.patch
 #       (first, on a machine with GNU patch, for each experiment; missing trees are built here if it can)
+#   python3 bench/experiment_tree.py .variants/<rev> --rev <rev>
+#       (a commit's programs, for the steps that time a change against them: loadorder, groups; from
+#       a git checkout, so always built beforehand and carried)
 #   bash bench/pending.sh check ctas phases variants
 # (round 33 ran all four on the H200: docs/performance.md, "Latest round").
 # check: the smoke test and GPU suite on the routed programs and windows; the fused edges of

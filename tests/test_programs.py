@@ -299,6 +299,26 @@ def test_an_experiment_patch_that_does_not_apply_leaves_no_tree(experiment_tree,
     assert not (tmp_path / "tree").exists()
 
 
+def test_a_commits_tree_is_its_programs(experiment_tree, tmp_path):
+    """--rev: the tree of a commit's programs (the programs before a change, timed beside it); HEAD's
+    is the working tree's where the program sources are unchanged since."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "build.json", "csrc"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:
+        pytest.skip("the program sources differ from HEAD's")
+    experiment_tree.make_tree(tmp_path / "head", [], rev="HEAD")
+    experiment_tree.make_tree(tmp_path / "work", [])
+    files = sorted(f.relative_to(tmp_path / "work") for f in (tmp_path / "work").rglob("*") if f.is_file())
+    assert files and files == sorted(f.relative_to(tmp_path / "head") for f in (tmp_path / "head").rglob("*")
+                                     if f.is_file())
+    assert all((tmp_path / "head" / f).read_bytes() == (tmp_path / "work" / f).read_bytes() for f in files)
+    with pytest.raises(SystemExit, match="git archive"):
+        experiment_tree.make_tree(tmp_path / "none", [], rev="no-such-revision")
+    assert not (tmp_path / "none").exists()
+
+
 def test_sass_identity_compares_kernels_byte_by_byte(experiment_tree, tmp_path, capsys):
     """bench/sass_identity.py: a tree of the routed sources compiles to the same kernels as the
     repository; a kernel it cannot find under its name counts as gone and fails the check."""
