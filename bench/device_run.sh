@@ -2,7 +2,7 @@
 # One call on the GPU machine (from the repository root, with .whl/ carried):
 #   bash bench/device_run.sh [smoke] [jit] [gputests] [tests] [sanitize] [demo] [accuracy] [bench] [quick]
 #                            [cakebench] [variants] [variants2] [engines] [forms] [fwdlaunch] [partition] [ncu]
-#                            [context] [split] [placement] [cycles] [phases] [pytest]
+#                            [context] [split] [placement] [cycles] [phases] [host] [pytest]
 # forms: bench/engines.py --forms (the backward's fused form against the pair form; FORM_ARGS).
 # pytest: the tests PYTEST_ARGS names (a file, -k ...).
 # smoke: one call of each pass and form first (60 s limit); a failure there stops the run.
@@ -13,7 +13,8 @@
 # variants: bench/variants.py (tuning arguments side by side; an earlier tree in .variants/old if
 # carried). context: bench/context.py (each contender after the flush and after another kernel;
 # CONTEXT_ARGS). split: bench/split.py (each contender's kernels apart; SPLIT_ARGS). placement:
-# bench/placement.py (the one-row backward at random placements of its tensors; PLACEMENT_ARGS). cycles:
+# bench/placement.py (the one-row backward at random placements of its tensors; PLACEMENT_ARGS). host:
+# bench/host.py (each contender's host time a call; HOST_ARGS). cycles:
 # bench/level2_cycles.cu. phases: bench/phases.py (the forward's few-row calls by phase; PHASES_ARGS). ncu: Nsight Compute's speed-of-light, scheduler and warp-state sections over
 # bench/probe.py.
 # Logs go to $LOG (default /tmp/logs) and come back as $OUT/logs.tgz; the tail of each step is printed.
@@ -107,6 +108,9 @@ if has context; then
 fi
 if has split; then  # SPLIT_ARGS: bench/split.py's (each contender's kernels apart, and the shapes' floors)
   timeout "$(left)" python3 bench/split.py $SPLIT_ARGS --out "$LOG/split.json" 2>&1 | tee "$LOG/split.log"
+fi
+if has host; then  # HOST_ARGS: bench/host.py's
+  timeout "$(left)" python3 bench/host.py $HOST_ARGS --out "$LOG/host.json" 2>&1 | tee "$LOG/host.log"
 fi
 if has placement; then  # PLACEMENT_ARGS: bench/placement.py's
   timeout "$(left)" python3 bench/placement.py $PLACEMENT_ARGS --out "$LOG/placement.json" 2>&1 | tee "$LOG/placement.log"

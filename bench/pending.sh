@@ -77,13 +77,17 @@
 #   rows' sum of squares several butterfly levels a round, the same bits; round 47) beside the
 #   routed programs at 1-256 rows of every tuned width, both passes, BF16 and FP32 weight and the
 #   residual (bench/variants.py --old-only, a process each, ~300 s; bits must be "same").
+# host: bench/host.py, each contender's host time a call at [1 / 1024, 256 / 4096] (forward, backward
+#   and an autograd step; ~60 s): the kernels' timings leave out what a call costs the CPU, which
+#   sets an eager step's pace at few rows (round 48 took the route's lookup from 68-89 us to 4-6 us
+#   of a 2-core CPU's time).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite place loadorder wideorder fwdloadorder butterfly groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite host place loadorder wideorder fwdloadorder butterfly groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -130,6 +134,9 @@ if [[ $STEPS == *" check "* ]]; then
   PARTITION_ARGS="--widths 512,1536,4096,5120,6144 --tokens 320,352,384,448,512,576,640,768 --chunk-rows 1 --max-chunks 1024 --fused --pair-class --no-single" \
   ENGINE_ARGS="--passes fwd --weight fp32 --widths 2048 --tokens 4096,8192,16384,32768,65536" \
   LOG=$LOGS/check OUT=/tmp/step_out bash bench/device_run.sh partition engines
+fi
+if [[ $STEPS == *" host "* ]]; then
+  DEADLINE=$(left) LOG=$LOGS/host OUT=/tmp/step_out bash bench/device_run.sh host
 fi
 if [[ $STEPS == *" place "* ]]; then
   for f in rewrite read; do

@@ -341,11 +341,18 @@ class Route:
     chunk_order: int = layout.CONTIGUOUS
 
 
+@lru_cache(maxsize=1024)
+def _call_windows(key: RouteKey) -> tuple[Window, ...]:
+    """windows(key), built once a key: every call's route walks them (building them took 4-7 us of
+    host time a call)."""
+    return tuple(windows(key))
+
+
 def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
     """The window, program and dw partition that run `rows` rows under one key."""
     key = check_key(arch, pass_, hidden, weight, residual)
     r = max(rows, 1)
-    for w in windows(key):
+    for w in _call_windows(key):
         if w.contains(r):
             chunk_rows, chunks = dw_partition(rows, hidden) if pass_ == "bwd" else (0, 0)
             order = chunk_order(arch, hidden, rows, w.engine, chunk_rows) if pass_ == "bwd" else layout.CONTIGUOUS

@@ -534,3 +534,25 @@ def test_forward_wide_rows_where_built(hidden):
     assert ("wide rows" in info.launch) == has
     for rows in (1, 16, 1000):
         assert 1 <= cake_jit.fwd_cta_rows(hidden, rows, 132, has) <= layout.rows_per_cta(layout.fwd_row_span(hidden, has))
+
+
+def test_a_warm_route_touches_no_file(monkeypatch):
+    """Every call routes itself: once its key has been routed, the lookup is memory only (resolving
+    and stat-ing build.json's path on each call cost 70-90 us of host time a call)."""
+    import os
+
+    calls = [(arch, p, h, w, res) for arch in ("sm_90a", "sm_100a") for p in cake_jit.PASSES
+             for h in (256, 4096, 7168) for w in cake_jit.WEIGHTS for res in (False, True)]
+    for c in calls:
+        cake_jit.route(*c, 1)
+
+    def no_file(*args, **kwargs):
+        raise AssertionError("a warm route touched the file system")
+
+    for name in ("stat", "resolve", "exists", "read_text", "open"):
+        monkeypatch.setattr(Path, name, no_file)
+    monkeypatch.setattr(os, "stat", no_file)
+    for c in calls:
+        for rows in (1, 3, 640, 4096, 65536, 1 << 20):
+            r = cake_jit.route(*c, rows)
+            assert r.program.key == cake_jit.program_key_for(c[1], c[2]) and r.window.contains(rows)

@@ -37,11 +37,15 @@ NVCC_FLAGS: tuple[str, ...] = ("--prec-div=true", "--prec-sqrt=true", "--ftz=fal
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"(cake/[^"]+)"', re.M)
 
 
+# Both folders are fixed for the life of the process, and every call's route looks a program up
+# through them: resolving the path each time was most of the route's 70-90 us of host time a call.
+@lru_cache(maxsize=None)
 def package_dir() -> Path:
     """The installed package's folder (cake_rmsnorm_det/, above this subpackage)."""
     return Path(__file__).resolve().parent.parent
 
 
+@lru_cache(maxsize=None)
 def source_root() -> Path:
     """The folder holding build.json and csrc/: the checkout, or the copy bundled into a wheel."""
     bundled = package_dir() / "_data"
@@ -133,17 +137,16 @@ def content_name(kernel: Path, binding: Path) -> tuple[str, dict[str, str]]:
 
 
 @lru_cache(maxsize=None)
-def _load_build_json(path: str, mtime: float) -> tuple[tuple[Program, ...], dict[str, Program]]:
-    """build.json parsed once per (path, mtime): the programs in order, and indexed by key (the
-    route hot path looks a program up on every call)."""
-    data = json.loads(Path(path).read_text())
+def _load_build_json(root: Path) -> tuple[tuple[Program, ...], dict[str, Program]]:
+    """build.json of source root `root` parsed once (_write_build_json forgets it): the programs in
+    order, and indexed by key (the route of every call looks a program up, with no file access)."""
+    data = json.loads((root / "build.json").read_text())
     progs = tuple(Program.from_record(r) for r in data["programs"])
     return progs, {p.key: p for p in progs}
 
 
 def _build_json() -> tuple[tuple[Program, ...], dict[str, Program]]:
-    p = build_json_path()
-    return _load_build_json(str(p), p.stat().st_mtime)
+    return _load_build_json(source_root())
 
 
 def programs() -> tuple[Program, ...]:
@@ -165,6 +168,7 @@ def _write_build_json(progs: list[Program]) -> None:
     tmp = build_json_path().with_suffix(".json.tmp")
     tmp.write_text(text)
     os.replace(tmp, build_json_path())
+    _load_build_json.cache_clear()
 
 
 def _file_names(name: str) -> tuple[str, str]:
@@ -348,7 +352,16 @@ def current_arch(device: Any = None) -> str:
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device to take the arch from: pass arch= (one of "
                            f"{sorted(SUPPORTED_ARCHS)}) or set CAKE_RMSNORM_DET_ARCH")
-    return arch_of_capability(torch.cuda.get_device_capability(device))
+    index = torch.device(device).index if device is not None else None
+    return _arch_of_device(index if index is not None else torch.cuda.current_device())
+
+
+@lru_cache(maxsize=None)
+def _arch_of_device(index: int) -> str:
+    # a device's capability is fixed: asked once, not on every call's route
+    import torch
+
+    return arch_of_capability(torch.cuda.get_device_capability(index))
 
 
 @lru_cache(maxsize=None)
