@@ -251,3 +251,19 @@ def test_benchmark_trace_split_keeps_only_calls():
     assert all(all(n == "reduce_kernel" for n, _ in s) for s in spans[0::2])
     with pytest.raises(ValueError, match="flush must be"):
         bench.Timer("cpu", flush_bytes=8, flush="evict")
+
+
+def test_demo_without_a_gpu_shows_routes_and_builds(monkeypatch, capsys):
+    """README's main command on a machine without a GPU: it says so, shows a short route table and
+    builds every program for sm_90a (the build itself is test_programs.py's; here it is stubbed)."""
+    from cake_rmsnorm_det import aot, demo
+
+    built = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(aot, "build_all", lambda archs, out: built.append(archs) or [])
+    assert demo._main([]) == 0
+    out = capsys.readouterr().out
+    assert "No CUDA GPU" in out and built == [["sm_90a"]]
+    rows = [l for l in out.splitlines() if l.startswith("(sm_90a")]
+    assert rows and any("H=4096" in l for l in rows) and all(len(l) <= 160 for l in rows)
+    assert "--all" in out
