@@ -348,6 +348,12 @@ def _call_windows(key: RouteKey) -> tuple[Window, ...]:
     return tuple(windows(key))
 
 
+def forget_routes() -> None:
+    """Drop the windows route() keeps: after replacing, at run time, a function they are built from
+    (program_key_for, an edge: tests and benchmarks do), so that the next call routes anew."""
+    _call_windows.cache_clear()
+
+
 def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
     """The window, program and dw partition that run `rows` rows under one key."""
     key = check_key(arch, pass_, hidden, weight, residual)

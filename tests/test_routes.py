@@ -556,3 +556,15 @@ def test_a_warm_route_touches_no_file(monkeypatch):
         for rows in (1, 3, 640, 4096, 65536, 1 << 20):
             r = cake_jit.route(*c, rows)
             assert r.program.key == cake_jit.program_key_for(c[1], c[2]) and r.window.contains(rows)
+
+
+def test_forget_routes_takes_a_replaced_rule(monkeypatch):
+    """Routes keep their key's windows; a rule replaced at run time (tests, benchmarks) takes effect
+    once they are forgotten, and the shipped rule again after."""
+    assert cake_jit.route("sm_90a", "bwd", 4096, "bf16", False, 3000).program.key == "bwd_h4096"
+    monkeypatch.setattr(cake_jit, "program_key_for", lambda p, h: f"{p}_generic")
+    cake_jit.forget_routes()
+    assert cake_jit.route("sm_90a", "bwd", 4096, "bf16", False, 3000).program.key == "bwd_generic"
+    monkeypatch.undo()
+    cake_jit.forget_routes()
+    assert cake_jit.route("sm_90a", "bwd", 4096, "bf16", False, 3000).program.key == "bwd_h4096"
