@@ -267,3 +267,55 @@ def test_demo_without_a_gpu_shows_routes_and_builds(monkeypatch, capsys):
     rows = [l for l in out.splitlines() if l.startswith("(sm_90a")]
     assert rows and any("H=4096" in l for l in rows) and all(len(l) <= 160 for l in rows)
     assert "--all" in out
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_eager_and_compiled_paths_are_one_computation(residual, monkeypatch):
+    """rmsnorm runs an autograd.Function eagerly and the custom ops under torch.compile: the same
+    calls of api.forward / api.backward (here the FP32 formula on the CPU), the same gradients."""
+    calls = []
+
+    def forward(x, w, eps, residual=None):
+        calls.append("fwd")
+        return ref.forward_fp32(x, w, eps, residual)
+
+    def backward(g, x, w, rstd, g_residual=None):
+        calls.append("bwd")
+        return ref.backward_fp32(g, x, w, rstd, g_residual)
+
+    monkeypatch.setattr(api, "forward", forward)
+    monkeypatch.setattr(api, "backward", backward)
+    torch.manual_seed(0)
+    x0, r0 = (torch.randn(6, 64).to(torch.bfloat16) for _ in range(2))
+    w0 = torch.rand(64) + 0.5
+    gy, gh = (torch.randn(6, 64).to(torch.bfloat16) for _ in range(2))
+    graphs = []
+
+    def backend(gm, example_inputs):  # dynamo's graph as it is, run eagerly
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm.forward
+
+    def run(norm):
+        x, w = x0.clone().requires_grad_(True), w0.clone().requires_grad_(True)
+        r = r0.clone().requires_grad_(True) if residual else None
+        calls.clear()
+        out = norm(x, w, r)
+        if residual:
+            torch.autograd.backward(list(out), [gy, gh])
+        else:
+            out.backward(gy)
+        y = out[0] if residual else out
+        return y, x.grad, w.grad, (r.grad if residual else None), (type(y.grad_fn).__name__, list(calls))
+
+    def plain(x, w, r):
+        return crd.rmsnorm(x, w, 1e-5, residual=r)
+
+    eager = run(plain)
+    compiled = run(torch.compile(plain, backend=backend, fullgraph=True, dynamic=False))
+    assert eager[-1] == ("_EagerRMSNormBackward", ["fwd", "bwd"])
+    assert compiled[-1][1] == ["fwd", "bwd"] and compiled[-1][0] != eager[-1][0]
+    assert graphs and any("cake_rmsnorm_det.rmsnorm_fwd" in t for t in graphs[0])
+    for a, b in zip(eager[:-1], compiled[:-1]):
+        assert (a is None and b is None) or torch.equal(a, b)
+    if residual:
+        assert torch.equal(eager[3], eager[1])  # dL/dr = dL/dx through h = x + r
