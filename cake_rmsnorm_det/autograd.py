@@ -3,7 +3,8 @@
 The ops are opaque to torch.compile (one node each, traced through their fake kernels with
 symbolic token counts), so a compiled model keeps the kernels' bits and does not recompile when
 T changes. Eager calls take an autograd.Function over the same kernels instead: the dispatcher's
-custom-op layer cost more host time than the rest of a call (bench/host.py).
+custom-op layer cost more host time than the rest of a call (docs/performance.md, "Host time a
+call").
 """
 
 from __future__ import annotations
