@@ -81,13 +81,16 @@
 #   and an autograd step; ~60 s): the kernels' timings leave out what a call costs the CPU, which
 #   sets an eager step's pace at few rows (round 48 took the route's lookup from 68-89 us to 4-6 us
 #   of a 2-core CPU's time).
+# generic: every contender at widths the table lacks (H 3072, 7168, 8192: the generic programs, never
+#   timed against the baselines), both passes, BF16 weight, no residual (the benchmark with --widths;
+#   21 shapes a pass where the table has 63: ~60 s).
 # Each step stops in time for the logs: $OUT/logs.tgz, a folder a step.
 set -o pipefail
 shopt -s nullglob
 OUT=${OUT:-/tmp/out}; LOGS=/tmp/logs; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 STEPS=" $* "
-STEP_NAMES="check suite host place loadorder wideorder fwdloadorder butterfly groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
+STEP_NAMES="check suite host generic place loadorder wideorder fwdloadorder butterfly groups edge4096 h5120 ctas phases variants ringwide ringdepth depths ringedge pack256 flush t1 tables"  # the order they run in
 [[ $STEPS == "  " ]] && { echo "usage: bash bench/pending.sh $(printf '[%s] ' $STEP_NAMES)"; exit 2; }
 T0=$SECONDS
 BUDGET=${BUDGET:-560}
@@ -137,6 +140,10 @@ if [[ $STEPS == *" check "* ]]; then
 fi
 if [[ $STEPS == *" host "* ]]; then
   DEADLINE=$(left) LOG=$LOGS/host OUT=/tmp/step_out bash bench/device_run.sh host
+fi
+if [[ $STEPS == *" generic "* ]]; then
+  DEADLINE=$(left) BENCH_ARGS="--widths 3072,7168,8192" LOG=$LOGS/generic OUT=/tmp/step_out \
+  bash bench/device_run.sh bench plain
 fi
 if [[ $STEPS == *" place "* ]]; then
   for f in rewrite read; do

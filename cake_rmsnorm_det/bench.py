@@ -30,12 +30,13 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t)
 
 
-def shapes(quick: bool) -> list[dict]:
+def shapes(quick: bool, extra_widths: tuple[int, ...] = ()) -> list[dict]:
     """The benchmark's shape table (../shared/MEASURE.md): every width at each token count, then the
-    key and query head views; `quick`: four token counts and one view of each kind."""
+    key and query head views; `quick`: four token counts and one view of each kind. `extra_widths`:
+    widths outside the table (the generic programs') at the same token counts."""
     out = []
     ts = (1, 256, 4096, 65536) if quick else TOKENS
-    for h in WIDTHS:
+    for h in WIDTHS + tuple(h for h in extra_widths if h not in WIDTHS):
         for t in ts:
             out.append({"label": f"[{t},{h}]", "T": t, "H": h, "kind": "rows"})
     for t in ((32768,) if quick else (4096, 32768, 65536)):
@@ -289,7 +290,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                          ("fp32", True)]
     if args.variants:
         variants = [(v.split(":")[0], v.split(":")[1] == "1") for v in args.variants.split(",")]
-    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick) for wd, res in variants
+    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick, int_list(args.widths))
+            for wd, res in variants
             if not (args.quick and (wd, res) == ("fp32", True))
             and args.min_tokens <= s["T"] <= (args.max_tokens or s["T"])
             and (not args.widths or s["H"] in int_list(args.widths))]
@@ -389,7 +391,8 @@ def _main(argv=None) -> int:
                     "and against the baselines of either run")
     ap.add_argument("--max-tokens", type=int, default=0, help="only the shapes of at most this many tokens")
     ap.add_argument("--min-tokens", type=int, default=0, help="only the shapes of at least this many tokens")
-    ap.add_argument("--widths", default="", help="only the shapes of these widths, e.g. 256,512 (the head views are 256)")
+    ap.add_argument("--widths", default="", help="only the shapes of these widths, e.g. 256,512 (the head views are "
+                    "256); a width outside the table (e.g. 8192: a generic program) at the table's token counts")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args(argv)
     a.passes = a.passes.split(",")

@@ -319,3 +319,16 @@ def test_eager_and_compiled_paths_are_one_computation(residual, monkeypatch):
         assert (a is None and b is None) or torch.equal(a, b)
     if residual:
         assert torch.equal(eager[3], eager[1])  # dL/dr = dL/dx through h = x + r
+
+
+def test_bench_shape_table_takes_widths_outside_it():
+    """The benchmark's table is MEASURE.md's (7 widths x 7 token counts, 3 key and 4 query views);
+    a width outside it (a generic program's) joins at the same token counts."""
+    from cake_rmsnorm_det import bench
+
+    table = bench.shapes(False)
+    assert len(table) == len(bench.WIDTHS) * len(bench.TOKENS) + 3 + 4
+    more = bench.shapes(False, (8192, 4096))
+    extra = [s for s in more if s not in table]
+    assert [s["T"] for s in extra] == list(bench.TOKENS) and {s["H"] for s in extra} == {8192}
+    assert all(s["kind"] == "rows" and s["label"] == f"[{s['T']},8192]" for s in extra)
