@@ -8,7 +8,8 @@ host: at few rows an eager training step launches faster than the GPU runs the k
 each call's Python and launch path is shorter than its kernels. Here each contender is called
 `--calls` times back to back with nothing synchronizing in between (the launch queue absorbs the
 kernels), and the loop's wall time per call is its host time; `drained` adds the wait for the
-last kernel. Contenders, per shape: the package's `forward`, `backward` and one autograd step
+last kernel. Where the kernels take longer than the host, the queue fills and the loop runs at the
+GPU's pace (host close to drained): the host's own cost shows at few rows. Contenders, per shape: the package's `forward`, `backward` and one autograd step
 (`rmsnorm` forward and backward), PyTorch's `F.rms_norm` forward and autograd step, and
 torch.compile's (default mode: no CUDA Graphs, so its launch path is timed too). Median of five
 loops each. `--route-only` times the part of a call that needs no GPU, `cake_jit.route` (window,
