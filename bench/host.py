@@ -37,18 +37,19 @@ from cake_rmsnorm_det import cake_jit  # noqa: E402
 EPS = 1e-6
 
 
-def per_call_us(fn, calls: int, loops: int = 5) -> tuple[float, float]:
-    """(host, drained) microseconds a call: median over `loops` loops of `calls` calls."""
+def per_call_us(fn, calls: int, loops: int = 5, sync=torch.cuda.synchronize) -> tuple[float, float]:
+    """(host, drained) microseconds a call: median over `loops` loops of `calls` calls, each after
+    20 warm-up calls; `sync` waits for the device (nothing to wait for on the CPU alone)."""
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
+    sync()
     host, drained = [], []
     for _ in range(loops):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         t1 = time.perf_counter()
-        torch.cuda.synchronize()
+        sync()
         t2 = time.perf_counter()
         host.append((t1 - t0) / calls * 1e6)
         drained.append((t2 - t0) / calls * 1e6)
@@ -56,19 +57,13 @@ def per_call_us(fn, calls: int, loops: int = 5) -> tuple[float, float]:
 
 
 def route_us(arch: str, widths: list[int], tokens: list[int], calls: int) -> None:
-    """The route's lookup a call, each pass (warm: its key routed once before)."""
+    """The route's lookup a call, each pass (warm: its key routed before)."""
     print(f"{'shape':>14} {'pass':>5} {'route us':>9}")
     for h in widths:
         for t in tokens:
             for p in cake_jit.PASSES:
-                cake_jit.route(arch, p, h, "bf16", False, t)
-                laps = []
-                for _ in range(5):
-                    t0 = time.perf_counter()
-                    for _ in range(calls):
-                        cake_jit.route(arch, p, h, "bf16", False, t)
-                    laps.append((time.perf_counter() - t0) / calls * 1e6)
-                print(f"{f'[{t},{h}]':>14} {p:>5} {statistics.median(laps):9.2f}")
+                us, _ = per_call_us(lambda: cake_jit.route(arch, p, h, "bf16", False, t), calls, sync=lambda: None)
+                print(f"{f'[{t},{h}]':>14} {p:>5} {us:9.2f}")
 
 
 def contenders(tokens: int, hidden: int, dev: torch.device) -> dict:

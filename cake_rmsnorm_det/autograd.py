@@ -113,11 +113,9 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: Optional[float] = 1e-6,
 
     ``eps=None`` takes ``torch.finfo(x.dtype).eps``, as ``torch.nn.functional.rms_norm`` does.
     Gradients flow to x, residual and weight (dw is computed in FP32, cast to weight's dtype)."""
-    eps = _resolve_eps(eps, x)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
-        raise TypeError(f"eps must be a float or None, got {type(eps).__name__}")
+    eps = api._check_eps(_resolve_eps(eps, x))  # before the op's float(): "1e-6" is no eps
     norm = _fwd_op if torch.compiler.is_compiling() else _EagerRMSNorm.apply
-    y, h, _ = norm(x, weight, residual, float(eps))
+    y, h, _ = norm(x, weight, residual, eps)
     return (y, h) if residual is not None else y
 
 

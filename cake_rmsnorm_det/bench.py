@@ -290,11 +290,11 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                          ("fp32", True)]
     if args.variants:
         variants = [(v.split(":")[0], v.split(":")[1] == "1") for v in args.variants.split(",")]
-    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick, int_list(args.widths))
-            for wd, res in variants
+    widths = int_list(args.widths)
+    todo = [(p, s, wd, res) for p in args.passes for s in shapes(args.quick, widths) for wd, res in variants
             if not (args.quick and (wd, res) == ("fp32", True))
             and args.min_tokens <= s["T"] <= (args.max_tokens or s["T"])
-            and (not args.widths or s["H"] in int_list(args.widths))]
+            and (not widths or s["H"] in widths)]
     t_start = time.perf_counter()
     for i, (pass_, s, wd, res) in enumerate(todo, 1):
         x = make_input(s, device)

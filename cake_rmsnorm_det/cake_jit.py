@@ -349,9 +349,12 @@ def _call_windows(key: RouteKey) -> tuple[Window, ...]:
 
 
 def forget_routes() -> None:
-    """Drop the windows route() keeps: after replacing, at run time, a function they are built from
-    (program_key_for, an edge: tests and benchmarks do), so that the next call routes anew."""
-    _call_windows.cache_clear()
+    """Drop every value this module keeps from its rules and tables (the windows route() walks, the
+    edges, the dw chunk windows, the forward's CTA sizes): after replacing, at run time, a function
+    or table they come from (program_key_for, an edge: tests and benchmarks do), so that the next
+    call routes anew."""
+    for cached in (_call_windows, _dw_chunk_windows, one_row_chunks, fused_edge, single_pair_edge, fwd_cta_rows):
+        cached.cache_clear()
 
 
 def route(arch: str, pass_: str, hidden: int, weight: str, residual: bool, rows: int) -> Route:
